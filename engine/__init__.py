@@ -1,0 +1,1 @@
+"""The JAX engine: model, paged KV cache, scheduler, sampling. Knows nothing of HTTP."""

@@ -1,0 +1,1 @@
+"""Checkpoint loaders: where a model lives, and (in later modules) its weights as a pytree."""

