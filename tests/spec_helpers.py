@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,9 @@ SPEC_FILES = sorted((ROOT / "spec").glob("*api/*.yaml"))
 SCHEMA_REF_PREFIX = "#/components/schemas/"
 
 
+@functools.cache
 def load(spec_path: Path) -> dict:
+    """The parsed spec, shared between tests: copy it before changing it."""
     return yaml.safe_load(spec_path.read_text())
 
 
