@@ -1,0 +1,103 @@
+"""Static configuration: ModelConfig (from the checkpoint) and EngineConfig (from the server).
+
+Both are frozen and hashable so they can be passed to jit as static arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3 style frequency-dependent RoPE scaling (rope_type "llama3")."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a Llama-family model. Comes from the checkpoint's config or metadata."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # biases on the q, k and v projections (Qwen2)
+    qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (Qwen3)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def replace(self, **changes) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def default_token_buckets(max_num_batched_tokens: int, smallest: int = 8) -> tuple[int, ...]:
+    """Powers of two from `smallest` up to the per-step token budget (which is always one)."""
+    buckets = [smallest]
+    while buckets[-1] < max_num_batched_tokens:
+        buckets.append(min(buckets[-1] * 2, max_num_batched_tokens))
+    return tuple(buckets)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine runs a model: cache size, batch limits, shape buckets, dtype, mesh."""
+
+    max_model_len: int = 2048  # longest sequence (prompt + output) the engine accepts
+    max_num_seqs: int = 64  # most sequences running at once
+    max_num_batched_tokens: int = 512  # most tokens (prefill chunks + decodes) in one step
+    page_size: int = 16  # tokens per KV-cache page
+    num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
+    token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
+    dtype: str = "float32"  # compute and cache dtype; float32 is fastest on XLA's CPU backend
+    mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
+    enable_prefix_caching: bool = True
+    seed: int = 0  # seeds the random seeds of unseeded requests
+
+    def __post_init__(self) -> None:
+        if not self.token_buckets:
+            buckets = default_token_buckets(self.max_num_batched_tokens)
+            object.__setattr__(self, "token_buckets", buckets)
+        if self.token_buckets[-1] < self.max_num_batched_tokens:
+            raise ValueError("the largest token bucket must hold max_num_batched_tokens")
+        if self.max_num_seqs > self.max_num_batched_tokens:
+            raise ValueError("max_num_seqs must not exceed max_num_batched_tokens")
+        if self.max_pages_per_seq > self.num_pages - 1:
+            raise ValueError("the KV cache must hold at least one sequence of max_model_len tokens")
+
+    @property
+    def max_pages_per_seq(self) -> int:
+        return math.ceil(self.max_model_len / self.page_size)
+
+    def seq_bucket(self, token_bucket: int) -> int:
+        """Rows of logits computed for a step of `token_bucket` tokens."""
+        return min(token_bucket, self.max_num_seqs)
+
+    def token_bucket(self, num_tokens: int) -> int:
+        """The smallest bucket that holds `num_tokens`."""
+        for bucket in self.token_buckets:
+            if bucket >= num_tokens:
+                return bucket
+        raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.token_buckets[-1]}")
