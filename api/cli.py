@@ -8,15 +8,48 @@ import sys
 from api.settings import Settings
 
 
+MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flint", description="Flint: an LLM inference server for JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the HTTP API")
     serve.add_argument("--host", default=Settings.host, help="address to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=Settings.port, help="port to bind (default: %(default)s)")
-    serve.add_argument("--model", default=None,
-                       help="a .gguf file or a Hugging Face directory (default: the embedded SmolLM2-135M-Instruct)")
+    serve.add_argument("--model", default=None, help=MODEL_HELP)
+    generate = commands.add_parser("generate", help="stream a completion of one prompt to the terminal")
+    generate.add_argument("prompt", help="the prompt text")
+    generate.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the model's chat template")
+    generate.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (default: %(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default: %(default)s)")
+    generate.add_argument("--seed", type=int, default=None, help="seed for temperature sampling")
+    generate.add_argument("--model", default=None, help=MODEL_HELP)
+    generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
     return parser
+
+
+def generate(args: argparse.Namespace) -> int:
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.request import Request, SamplingParams
+
+    def progress(message: str) -> None:
+        print(f"flint: {message}", file=sys.stderr, flush=True)
+
+    # One sequence at a time: a small step budget keeps start-up compilation short.
+    config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
+                          num_pages=args.max_model_len // 16 + 2)
+    engine = Engine.from_model(args.model, config, report=progress)
+    tokenizer = engine.tokenizer
+    text = tokenizer.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
+    engine.add_request(Request("cli", tokenizer.encode(text), sampling))
+    while engine.has_unfinished():
+        for output in engine.step():
+            print(output.text, end="", flush=True)
+    print()
+    return 0
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -37,7 +70,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"serve": serve}[args.command](args)
+    return {"serve": serve, "generate": generate}[args.command](args)
 
 
 if __name__ == "__main__":

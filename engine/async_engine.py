@@ -1,0 +1,122 @@
+"""AsyncEngine: the Engine on a background thread, one asyncio stream of outputs per request.
+
+The Engine is not thread-safe, so only the background thread touches it. Callers post
+commands (add, abort) to a queue the thread drains before every step; outputs travel back
+to each request's asyncio.Queue through the caller's event loop. While nothing is running
+the thread blocks on the command queue rather than spinning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator
+
+from engine.engine import Engine
+from engine.request import Request, RequestOutput
+
+
+class EngineDeadError(RuntimeError):
+    """The engine thread stopped on an error; no request can be served any more."""
+
+
+class AsyncEngine:
+    """Runs `engine` in a daemon thread; `generate` streams one request's outputs."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="flint-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Abort everything in flight and end the thread."""
+        if self._thread is not None:
+            self._commands.put(("stop", None))
+            self._thread.join()
+            self._thread = None
+
+    async def generate(self, request: Request) -> AsyncIterator[RequestOutput]:
+        """Yield the request's outputs as steps produce them, the last one finished.
+
+        Raises ValueError at once for a request the engine can never serve. Leaving the
+        iteration early (a client that disconnected) aborts the request, freeing its pages."""
+        if self._error is not None:
+            raise EngineDeadError("the engine stopped") from self._error
+        self.engine.validate(request)
+        outputs: asyncio.Queue = asyncio.Queue()
+        self._streams[request.request_id] = (asyncio.get_running_loop(), outputs)
+        self._commands.put(("add", request))
+        finished = False
+        try:
+            while not finished:
+                output = await outputs.get()
+                if isinstance(output, ValueError):  # refused when the thread added it
+                    finished = True
+                    raise output
+                if isinstance(output, BaseException):
+                    raise EngineDeadError("the engine stopped") from output
+                finished = output.finished
+                yield output
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished:
+                self._commands.put(("abort", request.request_id))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._error is None
+
+    def _run(self) -> None:
+        try:
+            while self._drain_commands(block=not self.engine.has_unfinished()):
+                for output in self.engine.step():
+                    self._deliver(output)
+        except BaseException as error:  # report to every waiting caller, then stop
+            self._error = error
+            for request_id in list(self._streams):
+                self._deliver_to(request_id, error)
+
+    def _drain_commands(self, block: bool) -> bool:
+        """Apply queued commands; False once told to stop."""
+        while True:
+            try:
+                kind, payload = self._commands.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if kind == "stop":
+                for request_id in list(self._streams):
+                    self.engine.abort(request_id)
+                return False
+            self._apply(kind, payload)
+
+    def _apply(self, kind: str, payload) -> None:
+        if kind == "add":
+            try:
+                self.engine.add_request(payload)
+            except ValueError as error:
+                self._deliver_to(payload.request_id, error)
+        elif kind == "abort":
+            output = self.engine.abort(payload)
+            if output is not None:
+                self._deliver(output)
+
+    def _deliver(self, output: RequestOutput) -> None:
+        self._deliver_to(output.request_id, output)
+
+    def _deliver_to(self, request_id: str, item) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            loop, outputs = stream
+            loop.call_soon_threadsafe(outputs.put_nowait, item)

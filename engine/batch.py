@@ -1,0 +1,45 @@
+"""BatchInputs: the one pytree that crosses from host to device each step.
+
+Tokens of every scheduled sequence (prefill chunks and decodes alike) are flattened into
+one ragged row of `num_tokens` (a shape bucket); sequences are rows of the block table
+(`num_seqs`, a bucket derived from it). Padding tokens point at the null page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class BatchInputs:
+    token_ids: jax.Array  # [tokens] int32
+    positions: jax.Array  # [tokens] int32, position of each token in its sequence
+    token_rows: jax.Array  # [tokens] int32, the row (sequence) of each token; -1 for padding
+    slot_mapping: jax.Array  # [tokens] int32, cache slot (page * page_size + offset) to write
+    context_lens: jax.Array  # [tokens] int32, tokens of its sequence already in the cache
+    block_tables: jax.Array  # [seqs, pages_per_seq] int32, 0 (the null page) past the end
+    logits_indices: jax.Array  # [seqs] int32, the token whose logits each row samples from
+    temperature: jax.Array  # [seqs] float32, 0 = greedy
+    seeds: jax.Array  # [seqs] uint32
+    sample_positions: jax.Array  # [seqs] int32, position of the token being sampled
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.shape[0]
+
+
+def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int) -> BatchInputs:
+    """An all-padding batch of the given bucket (also the template for compiling it)."""
+    tokens = np.zeros(num_tokens, np.int32)
+    seqs = np.zeros(num_seqs, np.int32)
+    return BatchInputs(
+        token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
+        slot_mapping=tokens.copy(), context_lens=tokens.copy(),
+        block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
+        logits_indices=seqs, temperature=np.zeros(num_seqs, np.float32),
+        seeds=np.zeros(num_seqs, np.uint32), sample_positions=seqs.copy(),
+    )

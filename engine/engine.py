@@ -1,0 +1,159 @@
+"""Engine: add_request / step / abort over the scheduler and the model runner.
+
+Each step: the scheduler picks chunks, the runner computes them and samples, and the engine
+turns sampled tokens into RequestOutputs (token ids, a UTF-8-safe text delta, and a finish
+reason once a stop condition holds). AsyncEngine (engine/async_engine.py) drives it from a
+background thread for the HTTP server.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.loader.checkpoint import Checkpoint, load_checkpoint
+from engine.request import Request, RequestOutput
+from engine.runner import ModelRunner, RowPlan
+from engine.scheduler import Scheduler, SchedulerOutput
+from engine.sequence import Sequence
+from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+
+SEED_RANGE = 2**31 - 1
+
+
+class Engine:
+    """A model, its KV cache and the queue of requests being generated."""
+
+    def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None):
+        self.config = config
+        self.model_config = checkpoint.config
+        self.tokenizer = tokenizer
+        self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
+        self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids or checkpoint.config.eos_token_ids)
+        self._detokenizers: dict[str, IncrementalDetokenizer] = {}
+        self._sequences: dict[str, Sequence] = {}
+        self._seeds = random.Random(config.seed)
+
+    @classmethod
+    def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
+                   report: Callable[[str], None] | None = None) -> Engine:
+        """Load a checkpoint (the embedded model when None), build the engine, compile every bucket."""
+        checkpoint = load_checkpoint(model)
+        config = config or EngineConfig()
+        engine = cls(checkpoint, tokenizer_for(checkpoint), config)
+        engine.runner.warmup(report)
+        return engine
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request. Raises ValueError when it can never be served."""
+        self.validate(request)
+        if request.request_id in self._sequences:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_RANGE)
+        seq = Sequence.from_request(request, seed)
+        self._sequences[request.request_id] = seq
+        self._detokenizers[request.request_id] = IncrementalDetokenizer(
+            self.tokenizer, prompt_ids=request.prompt_token_ids, skip_special_tokens=True)
+        self.scheduler.add(seq)
+
+    def validate(self, request: Request) -> None:
+        prompt = request.prompt_token_ids
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) >= self.config.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; this engine's limit is "
+                             f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})")
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= token < vocab for token in prompt):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        if request.sampling.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
+        seq = self.scheduler.abort(request_id)
+        return self._finish_output(seq, []) if seq is not None else None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def step(self) -> list[RequestOutput]:
+        """Run one batch; returns an output for every request that gained tokens or finished."""
+        output = self.scheduler.schedule()
+        if output.is_empty:
+            return []
+        tokens = self.runner.execute(self.plan(output))
+        sampled = [int(token) for token, item in zip(tokens, output.scheduled) if item.needs_sample]
+        grown = self.scheduler.update(output, sampled)
+        return [self._output_for(seq) for seq in grown]
+
+    def plan(self, output: SchedulerOutput) -> list[RowPlan]:
+        return [
+            RowPlan(
+                token_ids=item.seq.token_ids[item.start: item.start + item.num_new_tokens],
+                start=item.start,
+                block_table=item.seq.block_table,
+                sample=item.needs_sample,
+                temperature=item.seq.sampling.temperature,
+                seed=item.seq.seed,
+            )
+            for item in output.scheduled
+        ]
+
+    def _output_for(self, seq: Sequence) -> RequestOutput:
+        token = seq.token_ids[-1]
+        reason = self._stop_reason(seq, token)
+        ends_text = reason == "stop" and token in self._stop_token_ids(seq)
+        text = "" if ends_text else self._detokenizers[seq.request_id].push([token])
+        if reason is None:
+            return self._make_output(seq, [token], text, None)
+        self.scheduler.finish(seq, reason)
+        return self._finish_output(seq, [token], text)
+
+    def _stop_token_ids(self, seq: Sequence) -> frozenset[int]:
+        ids = frozenset(seq.sampling.stop_token_ids)
+        return ids if seq.sampling.ignore_eos else ids | self.eos_token_ids
+
+    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
+        if token in self._stop_token_ids(seq):
+            return "stop"
+        if seq.num_output_tokens >= seq.sampling.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def _finish_output(self, seq: Sequence, tokens: list[int], text: str = "") -> RequestOutput:
+        text += self._detokenizers.pop(seq.request_id).flush()
+        self._sequences.pop(seq.request_id, None)
+        return self._make_output(seq, tokens, text, seq.finish_reason)
+
+    def _make_output(self, seq: Sequence, tokens: list[int], text: str, reason: str | None) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=reason,
+            num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
+            num_output_tokens=seq.num_output_tokens, seed=seq.seed,
+        )
+
+    def generate(self, requests: list[Request]) -> dict[str, list[int]]:
+        """Run requests to completion; returns each one's generated token ids (for tests and tools)."""
+        for request in requests:
+            self.add_request(request)
+        generated: dict[str, list[int]] = {request.request_id: [] for request in requests}
+        while self.has_unfinished():
+            for output in self.step():
+                generated[output.request_id].extend(output.new_token_ids)
+        return generated
+
+
+def tokenizer_for(checkpoint: Checkpoint) -> Tokenizer:
+    """The checkpoint's own tokenizer, reusing the parsed GGUF metadata where there is one.
+
+    Hugging Face directories and Orbax checkpoints written by tools/convert.py hold a
+    tokenizer.json with its tokenizer_config.json."""
+    if checkpoint.source.format == "gguf":
+        return Tokenizer.from_gguf(checkpoint.gguf_fields if checkpoint.gguf_fields is not None
+                                   else checkpoint.source.path)
+    return Tokenizer.from_hf_directory(checkpoint.source.path)

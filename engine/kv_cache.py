@@ -1,0 +1,48 @@
+"""The paged KV cache: one pytree of two arrays, [layers, pages, page_size, kv_heads, head_dim].
+
+Page 0 is the null page: padding tokens write there and unused block-table entries point
+there, so every gather and scatter stays in bounds without branches. The block manager
+never hands it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from engine.config import EngineConfig, ModelConfig
+from engine.sharding import kv_cache_sharding
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class KVCache:
+    k: jax.Array  # [layers, pages, page_size, kv_heads, head_dim]
+    v: jax.Array  # [layers, pages, page_size, kv_heads, head_dim]
+
+    @property
+    def page_size(self) -> int:
+        return self.k.shape[2]
+
+
+def kv_cache_shape(model: ModelConfig, engine: EngineConfig) -> tuple[int, ...]:
+    return (model.num_layers, engine.num_pages, engine.page_size, model.num_kv_heads, model.head_dim)
+
+
+def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh) -> KVCache:
+    """A zeroed cache laid out across `mesh` (split along the KV heads where they divide)."""
+    shape = kv_cache_shape(model, engine)
+    sharding = kv_cache_sharding(shape, mesh)
+    zeros = jax.jit(lambda: jnp.zeros(shape, engine.dtype), out_shardings=sharding)
+    return KVCache(k=zeros(), v=zeros())
+
+
+def kv_cache_bytes(model: ModelConfig, engine: EngineConfig) -> int:
+    """Bytes of K and V together, for sizing the cache to memory."""
+    num_elements = 1
+    for size in kv_cache_shape(model, engine):
+        num_elements *= size
+    return 2 * num_elements * jnp.dtype(engine.dtype).itemsize

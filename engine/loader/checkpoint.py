@@ -1,0 +1,82 @@
+"""One entry point from a model argument to its config and weights, whatever the format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.config import ModelConfig
+from engine.loader.source import ModelSource, resolve_model
+from engine.params import check_params
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model: its static config, its weights pytree and where they came from.
+
+    `params` follows engine/params.py: float32 NumPy arrays, or jax Arrays when loaded with
+    shardings. `gguf_fields` keeps a GGUF file's parsed metadata (GGUFReader.fields), so
+    the tokenizer can build itself from it without parsing the file a second time (about
+    5 s for SmolLM2's vocabulary); it is None for other formats.
+    """
+
+    config: ModelConfig
+    params: dict
+    source: ModelSource
+    gguf_fields: Mapping[str, Any] | None = None
+
+
+def load_checkpoint(source: ModelSource | str | Path | None = None,
+                    shardings: Any = None) -> Checkpoint:
+    """Load the checkpoint at `source`: a path, a resolved ModelSource, or None (the embedded model).
+
+    Without `shardings` the weights are host NumPy arrays. With them (a pytree of Shardings
+    matching the params, or a function (config, params as ShapeDtypeStructs) -> that pytree,
+    such as `lambda c, p: engine.sharding.param_shardings(c, mesh, p)`), they are jax Arrays
+    so placed: an Orbax checkpoint is read straight onto the devices, the other formats are
+    loaded on the host first.
+    Raises ValueError naming the architecture, setting or weight it cannot load.
+    """
+    if not isinstance(source, ModelSource):
+        source = resolve_model(source)
+    if source.format == "orbax":
+        checkpoint = _load_orbax(source, shardings)
+    else:
+        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source)
+    check_params(checkpoint.config, checkpoint.params)
+    if shardings is not None and source.format != "orbax":
+        checkpoint.params = _place(checkpoint.config, checkpoint.params, shardings)
+    return checkpoint
+
+
+def _place(config: ModelConfig, params: dict, shardings: Any) -> dict:
+    import jax
+
+    from engine.loader.orbax import sharding_tree
+
+    return jax.device_put(params, sharding_tree(config, params, shardings))
+
+
+def _load_gguf(source: ModelSource) -> Checkpoint:
+    from engine.loader.gguf import config_from_gguf, load_gguf_params, read_gguf
+
+    reader = read_gguf(source.path)
+    config = config_from_gguf(reader.fields, {t.name for t in reader.tensors})
+    params = load_gguf_params(reader, config)
+    return Checkpoint(config, params, source, gguf_fields=reader.fields)
+
+
+def _load_hf(source: ModelSource) -> Checkpoint:
+    from engine.loader.hf import load_hf_config, load_hf_params
+
+    config = load_hf_config(source.path)
+    return Checkpoint(config, load_hf_params(source.path, config), source)
+
+
+def _load_orbax(source: ModelSource, shardings: Any) -> Checkpoint:
+    from engine.loader.orbax import restore_orbax
+
+    config, params = restore_orbax(source.path, shardings)
+    return Checkpoint(config, params, source)

@@ -1,0 +1,223 @@
+"""GGUF checkpoints: metadata to a ModelConfig, tensors (any ggml type) to the weights pytree.
+
+GGUFReader gives each tensor's data with the numpy shape reversed from ggml's `ne`: a
+weight with ne = [in, out] reads as [out, in], PyTorch's layout, so projections are
+transposed into the [in, out] layout of engine/params.py. The embedding reads as
+[vocab, hidden], already the layout's.
+
+llama.cpp's converter permutes the rows of the Q and K weights for architecture llama, so
+that its interleaved RoPE rotates pairs (2i, 2i+1). The loader undoes it to get back the
+Hugging Face head layout, where RoPE rotates the first half of each head against the
+second. qwen2 and qwen3 are converted unpermuted (llama.cpp runs them with NeoX RoPE).
+(Its converter permutes Q and K biases too, but a llama with biases also biases o_proj,
+which this layout refuses.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.params import param_specs
+
+# general.architecture -> (ModelConfig features, whether Q and K rows are permuted).
+ARCHITECTURES = {
+    "llama": ({}, True),  # Llama 2/3, SmolLM2, Mistral: all converted as llama
+    "qwen2": ({"attention_bias": True}, False),
+    "qwen3": ({"qk_norm": True}, False),
+}
+
+# Layout name -> (GGUF name inside blk.{i}, transpose from [out, in]).
+LAYER_TENSORS = {
+    "attn_norm": ("attn_norm.weight", False),
+    "wq": ("attn_q.weight", True),
+    "wk": ("attn_k.weight", True),
+    "wv": ("attn_v.weight", True),
+    "wo": ("attn_output.weight", True),
+    "bq": ("attn_q.bias", False),
+    "bk": ("attn_k.bias", False),
+    "bv": ("attn_v.bias", False),
+    "q_norm": ("attn_q_norm.weight", False),
+    "k_norm": ("attn_k_norm.weight", False),
+    "mlp_norm": ("ffn_norm.weight", False),
+    "w_gate": ("ffn_gate.weight", True),
+    "w_up": ("ffn_up.weight", True),
+    "w_down": ("ffn_down.weight", True),
+}
+
+# ggml types that gguf.quants.dequantize leaves out because they are plain numbers.
+_PLAIN_TYPES = {
+    gguf.GGMLQuantizationType.F64, gguf.GGMLQuantizationType.I8, gguf.GGMLQuantizationType.I16,
+    gguf.GGMLQuantizationType.I32, gguf.GGMLQuantizationType.I64,
+}
+
+_REQUIRED = object()
+
+
+def read_gguf(path: str | Path) -> gguf.GGUFReader:
+    """Parse a GGUF file's header. Tensor data stays memory-mapped until it is read."""
+    return gguf.GGUFReader(str(path))
+
+
+def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelConfig:
+    """The ModelConfig from a GGUF file's metadata `fields` (GGUFReader.fields).
+
+    `tensor_names` decides tie_word_embeddings: a tied model has no `output.weight`.
+    """
+    arch = _architecture(fields)
+
+    def get(key: str, default=_REQUIRED):
+        return _value(fields, f"{arch}.{key}", default)
+
+    hidden, num_heads = int(get("embedding_length")), int(get("attention.head_count"))
+    head_dim = int(get("attention.key_length", hidden // num_heads))
+    _refuse_partial_rotary(get("rope.dimension_count", head_dim), head_dim)
+    _refuse_rope_scaling(get("rope.scaling.type", None), get("rope.scaling.factor", 1.0))
+    return ModelConfig(
+        vocab_size=_vocab_size(fields, get("vocab_size", None)),
+        hidden_size=hidden,
+        intermediate_size=int(get("feed_forward_length")),
+        num_layers=int(get("block_count")),
+        num_heads=num_heads,
+        num_kv_heads=_kv_heads(get("attention.head_count_kv", num_heads)),
+        head_dim=head_dim,
+        rms_norm_eps=_float32(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=_float32(get("rope.freq_base", 10000.0)),
+        max_position_embeddings=int(get("context_length", 2048)),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        bos_token_id=_optional_int(_value(fields, "tokenizer.ggml.bos_token_id", None)),
+        eos_token_ids=_end_token_ids(fields),
+        **ARCHITECTURES[arch][0],
+    )
+
+
+def _architecture(fields: Mapping) -> str:
+    arch = _value(fields, "general.architecture")
+    if arch not in ARCHITECTURES:
+        supported = ", ".join(ARCHITECTURES)
+        raise ValueError(f"unsupported GGUF architecture {arch!r}; Flint runs {supported}")
+    return arch
+
+
+def _optional_int(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def _field(fields: Mapping, key: str):
+    if key not in fields:
+        raise ValueError(f"GGUF metadata lacks {key}")
+    return fields[key]
+
+
+def _value(fields: Mapping, key: str, default=_REQUIRED):
+    if key not in fields and default is not _REQUIRED:
+        return default
+    return _field(fields, key).contents()
+
+
+def _float32(value) -> float:
+    # GGUF stores float32: 1e-5 reads back as 9.99999974e-06. Its shortest float32 spelling
+    # recovers the number the model was configured with.
+    return float(str(np.float32(value)))
+
+
+def _vocab_size(fields: Mapping, stated: int | None) -> int:
+    # Older files state no {arch}.vocab_size; the tokenizer's token list then has its length.
+    return int(stated) if stated else len(_field(fields, "tokenizer.ggml.tokens").data)
+
+
+def _kv_heads(value) -> int:
+    if isinstance(value, list):  # per-layer counts (OpenELM-style): not a Llama shape
+        raise ValueError("GGUF with per-layer attention.head_count_kv is not supported")
+    return int(value)
+
+
+def _refuse_partial_rotary(rotary_dim: int, head_dim: int) -> None:
+    if int(rotary_dim) != head_dim:
+        raise ValueError(f"RoPE over {rotary_dim} of {head_dim} head dims is not supported")
+
+
+def _refuse_rope_scaling(kind: str | None, factor: float) -> None:
+    # Llama 3.1 GGUFs carry their scaling as the rope_freqs tensor, not as these keys.
+    if kind not in (None, "none") and float(factor) != 1.0:
+        raise ValueError(f"unsupported GGUF rope scaling type {kind!r}")
+
+
+def _end_token_ids(fields: Mapping) -> tuple[int, ...]:
+    # llama.cpp ends generation on EOS, and on EOT / EOM where a model names them.
+    keys = ("eos_token_id", "eot_token_id", "eom_token_id")
+    ids = [_value(fields, f"tokenizer.ggml.{key}", None) for key in keys]
+    return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def dequantize(tensor) -> np.ndarray:
+    """A GGUFReader tensor as float32, numpy shape (reversed ggml ne), whatever its type."""
+    if tensor.tensor_type in _PLAIN_TYPES:
+        array = np.asarray(tensor.data).astype(np.float32)
+    else:
+        array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        array = array.astype(np.float32, copy=False)
+    return array.reshape(tuple(reversed([int(n) for n in tensor.shape])))
+
+
+def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
+    """The float32 weights pytree (engine/params.py layout) from an open GGUF file."""
+    tensors = {t.name: t for t in reader.tensors}
+    permuted = ARCHITECTURES[_architecture(reader.fields)][1]
+    _refuse_unused(tensors, config)
+
+    def read(name: str, transpose: bool = False, heads: int | None = None) -> np.ndarray:
+        if name not in tensors:
+            raise ValueError(f"GGUF file lacks tensor {name}")
+        array = dequantize(tensors[name])
+        if heads is not None:
+            array = unpermute_rows(array, heads)
+        return array.T if transpose else array
+
+    params = {
+        "embed": np.array(read("token_embd.weight")),
+        "final_norm": np.array(read("output_norm.weight")),
+        "layers": {name: _stack(read, config, name, permuted)
+                   for name in param_specs(config)["layers"]},
+    }
+    if not config.tie_word_embeddings:
+        params["lm_head"] = np.ascontiguousarray(read("output.weight", transpose=True))
+    if "rope_freqs.weight" in tensors:
+        params["rope_freq_factors"] = np.array(read("rope_freqs.weight"))
+    return params
+
+
+def _stack(read, config: ModelConfig, name: str, permuted: bool) -> np.ndarray:
+    gguf_name, transpose = LAYER_TENSORS[name]
+    heads = None
+    if permuted and name == "wq":
+        heads = config.num_heads
+    elif permuted and name == "wk":
+        heads = config.num_kv_heads
+    layers = [read(f"blk.{i}.{gguf_name}", transpose, heads) for i in range(config.num_layers)]
+    return np.ascontiguousarray(np.stack(layers))
+
+
+def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation along axis 0 (rows are [heads * head_dim]).
+
+    Within each head llama.cpp interleaved the two halves: GGUF row 2j + s holds HF row
+    s * head_dim/2 + j. Reading the rows as [heads, head_dim/2, 2] and swapping the last
+    two axes restores [heads, 2, head_dim/2].
+    """
+    rest = array.shape[1:]
+    half = array.shape[0] // num_heads // 2
+    return array.reshape(num_heads, half, 2, *rest).swapaxes(1, 2).reshape(array.shape)
+
+
+def _refuse_unused(tensors: Mapping, config: ModelConfig) -> None:
+    expected = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"}
+    expected |= {f"blk.{i}.{LAYER_TENSORS[name][0]}"
+                 for i in range(config.num_layers) for name in param_specs(config)["layers"]}
+    unused = sorted(name for name in tensors if name not in expected)
+    if unused:
+        raise ValueError(f"GGUF file has tensors this model does not use: {', '.join(unused[:5])}")

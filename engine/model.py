@@ -1,0 +1,131 @@
+"""The Llama family in Flax NNX: Llama 2/3, SmolLM2, Mistral, Qwen2 (qkv bias), Qwen3 (qk-norm).
+
+The module holds the weights (stacked over layers, see engine/params.py) as nnx.Params;
+calling it runs one forward over a ragged batch and the paged KV cache. The layer loop is a
+`lax.scan` over the stacked weights, which XLA compiles once instead of once per layer.
+For jit, the runner splits the module into a static graph and a state pytree and merges
+them inside the jitted step, so the step stays a pure function of (weights, cache, batch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from engine.attention import paged_attention
+from engine.batch import BatchInputs
+from engine.config import ModelConfig, RopeScaling
+from engine.kv_cache import KVCache
+
+
+def rms_norm(x, weight, eps: float):
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (normed * weight).astype(x.dtype)
+
+
+def llama3_scaled(inv_freq, scaling: RopeScaling):
+    """Llama 3.1's rescaling: long wavelengths slowed by `factor`, short ones kept, blended between."""
+    wavelen = 2 * math.pi / inv_freq
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    blend = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - blend) * inv_freq / scaling.factor + blend * inv_freq
+    scaled = jnp.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    is_between = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return jnp.where(is_between, blended, scaled)
+
+
+def rope_inv_freq(config: ModelConfig, freq_factors=None):
+    """Inverse frequencies [head_dim // 2] of the rotary embedding."""
+    exponents = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    if config.rope_scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, config.rope_scaling)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    return inv_freq
+
+
+def apply_rope(x, positions, inv_freq):
+    """Rotate [t, heads, d] by position, the first half of each head against the second."""
+    angles = positions[:, None].astype(jnp.float32) * inv_freq[None, :]  # [t, d/2]
+    cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class Layers(nnx.Module):
+    """The decoder layers' weights, each stacked on a leading [layers] axis."""
+
+    def __init__(self, weights: dict):
+        for name, value in weights.items():
+            setattr(self, name, nnx.Param(value))
+
+    def stacked(self) -> dict:
+        return {name: param[...] for name, param in vars(self).items() if isinstance(param, nnx.Param)}
+
+
+class Llama(nnx.Module):
+    """A Llama-family decoder over a paged KV cache."""
+
+    def __init__(self, config: ModelConfig, params: dict):
+        self.config = config
+        self.embed = nnx.Param(params["embed"])
+        self.final_norm = nnx.Param(params["final_norm"])
+        self.lm_head = nnx.Param(params["lm_head"]) if "lm_head" in params else None
+        self.rope_freq_factors = nnx.Param(params["rope_freq_factors"]) if "rope_freq_factors" in params else None
+        self.layers = Layers(params["layers"])
+
+    def __call__(self, kv_cache: KVCache, batch: BatchInputs) -> tuple[jax.Array, KVCache]:
+        """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
+        hidden, kv_cache = self.hidden_states(kv_cache, batch)
+        return self.logits(hidden[batch.logits_indices]), kv_cache
+
+    def hidden_states(self, kv_cache: KVCache, batch: BatchInputs) -> tuple[jax.Array, KVCache]:
+        """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
+        config = self.config
+        freq_factors = self.rope_freq_factors[...] if self.rope_freq_factors is not None else None
+        inv_freq = rope_inv_freq(config, freq_factors)
+        x = self.embed[...][batch.token_ids]
+        pages = batch.slot_mapping // kv_cache.page_size
+        offsets = batch.slot_mapping % kv_cache.page_size
+
+        def layer(carry, weights):
+            x, k_cache, v_cache, index = carry
+            h = rms_norm(x, weights["attn_norm"], config.rms_norm_eps)
+            q, k, v = project_qkv(config, h, weights, batch.positions, inv_freq)
+            k_cache = k_cache.at[index, pages, offsets].set(k.astype(k_cache.dtype))
+            v_cache = v_cache.at[index, pages, offsets].set(v.astype(v_cache.dtype))
+            attn = paged_attention(q, k, v, k_cache, v_cache, index, batch, 1.0 / math.sqrt(config.head_dim))
+            x = x + attn.reshape(x.shape[0], -1) @ weights["wo"]
+            h = rms_norm(x, weights["mlp_norm"], config.rms_norm_eps)
+            x = x + (jax.nn.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+            return (x, k_cache, v_cache, index + 1), None
+
+        init = (x, kv_cache.k, kv_cache.v, jnp.int32(0))
+        (x, k_cache, v_cache, _), _ = jax.lax.scan(layer, init, self.layers.stacked())
+        return rms_norm(x, self.final_norm[...], config.rms_norm_eps), KVCache(k=k_cache, v=v_cache)
+
+    def logits(self, hidden):
+        head = self.lm_head[...] if self.lm_head is not None else self.embed[...].T
+        return (hidden @ head).astype(jnp.float32)
+
+
+def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq):
+    """Queries [t, heads, d] and keys, values [t, kv_heads, d], with bias, qk-norm and RoPE."""
+    q, k, v = h @ weights["wq"], h @ weights["wk"], h @ weights["wv"]
+    if config.attention_bias:
+        q, k, v = q + weights["bq"], k + weights["bk"], v + weights["bv"]
+    num_tokens = h.shape[0]
+    q = q.reshape(num_tokens, config.num_heads, config.head_dim)
+    k = k.reshape(num_tokens, config.num_kv_heads, config.head_dim)
+    v = v.reshape(num_tokens, config.num_kv_heads, config.head_dim)
+    if config.qk_norm:
+        q = rms_norm(q, weights["q_norm"], config.rms_norm_eps)
+        k = rms_norm(k, weights["k_norm"], config.rms_norm_eps)
+    return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v

@@ -1,0 +1,130 @@
+"""ModelRunner: packs a step's rows into a bucketed BatchInputs and runs the compiled step.
+
+Every token bucket is compiled ahead of time at start-up (`warmup`), and a step only ever
+calls one of those executables: a shape that was not compiled is an error, not a silent
+recompile in the middle of serving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+from flax import nnx
+
+from engine.batch import BatchInputs, empty_batch
+from engine.config import EngineConfig, ModelConfig
+from engine.kv_cache import init_kv_cache
+from engine.model import Llama
+from engine.sampling import sample
+from engine.sharding import make_mesh, param_shardings, replicated
+
+
+@dataclass
+class RowPlan:
+    """One sequence's share of a step: tokens to compute from `start`, and whether to sample."""
+
+    token_ids: list[int]
+    start: int  # position of token_ids[0] (= tokens of this sequence already in the cache)
+    block_table: list[int]
+    sample: bool
+    temperature: float = 0.0
+    seed: int = 0
+
+
+class ModelRunner:
+    """Owns the device state (weights, KV cache) and the compiled step of each bucket."""
+
+    def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict, mesh=None):
+        self.model_config = model_config
+        self.config = engine_config
+        self.mesh = mesh if mesh is not None else make_mesh(engine_config)
+        weights = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=engine_config.dtype), params)
+        weights = jax.device_put(weights, param_shardings(model_config, self.mesh, weights))
+        self.graphdef, self.state = nnx.split(Llama(model_config, weights))
+        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
+        self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,))
+        self._compiled: dict[int, Callable] = {}
+        self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
+
+    def _forward_and_sample(self, state, kv_cache, batch: BatchInputs):
+        model = nnx.merge(self.graphdef, state)
+        logits, kv_cache = model(kv_cache, batch)
+        return sample(logits, batch), kv_cache
+
+    def warmup(self, report: Callable[[str], None] | None = None) -> float:
+        """Compile every token bucket now; returns the seconds it took."""
+        started = time.perf_counter()
+        buckets = self.config.token_buckets
+        for index, bucket in enumerate(buckets, 1):
+            self._compile(bucket)
+            if report:
+                report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens "
+                       f"({time.perf_counter() - started:.1f} s)")
+        return time.perf_counter() - started
+
+    def _compile(self, bucket: int) -> Callable:
+        if bucket not in self._compiled:
+            template = empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq)
+            sharding = replicated(self.mesh)
+            shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), template)
+            self._compiled[bucket] = self._step.lower(self.state, self.kv_cache, shapes).compile()
+        return self._compiled[bucket]
+
+    def execute(self, rows: list[RowPlan]) -> np.ndarray:
+        """Run one step; returns the sampled token of each row (-1 where none was sampled)."""
+        batch = self.pack(rows)
+        compiled = self._compiled.get(batch.num_tokens)
+        if compiled is None:
+            raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
+        device_batch = jax.device_put(batch, replicated(self.mesh))
+        tokens, self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
+        tokens = np.asarray(tokens)[: len(rows)]
+        return np.where([row.sample for row in rows], tokens, -1)
+
+    def pack(self, rows: list[RowPlan]) -> BatchInputs:
+        """Host arrays for `rows`, padded up to the smallest bucket that holds them."""
+        num_tokens = sum(len(row.token_ids) for row in rows)
+        bucket = self.config.token_bucket(num_tokens)
+        if len(rows) > self.config.seq_bucket(bucket):
+            raise ValueError(f"{len(rows)} sequences exceed the {bucket}-token bucket's rows")
+        batch = empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq)
+        cursor = 0
+        for index, row in enumerate(rows):
+            self._pack_row(batch, index, row, cursor)
+            cursor += len(row.token_ids)
+        return batch
+
+    def _pack_row(self, batch: BatchInputs, index: int, row: RowPlan, cursor: int) -> None:
+        page_size = self.config.page_size
+        span = slice(cursor, cursor + len(row.token_ids))
+        positions = row.start + np.arange(len(row.token_ids), dtype=np.int32)
+        table = np.asarray(row.block_table, dtype=np.int32)
+        batch.token_ids[span] = row.token_ids
+        batch.positions[span] = positions
+        batch.token_rows[span] = index
+        batch.slot_mapping[span] = table[positions // page_size] * page_size + positions % page_size
+        batch.context_lens[span] = row.start
+        batch.block_tables[index, : len(table)] = table
+        batch.logits_indices[index] = span.stop - 1
+        batch.temperature[index] = row.temperature
+        batch.seeds[index] = row.seed
+        batch.sample_positions[index] = span.stop - cursor + row.start
+
+    def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
+        """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.
+
+        For tests and prompt scoring: it runs through plain jit, outside the warmed-up buckets."""
+        batch = self.pack(rows)
+        num_real = sum(len(row.token_ids) for row in rows)
+        device_batch = jax.device_put(batch, replicated(self.mesh))
+        logits, self.kv_cache = self._all_logits(self.state, self.kv_cache, device_batch)
+        return np.asarray(logits[:num_real], dtype=np.float32)
+
+    def _logits_of_every_token(self, state, kv_cache, batch: BatchInputs):
+        model = nnx.merge(self.graphdef, state)
+        hidden, kv_cache = model.hidden_states(kv_cache, batch)
+        return model.logits(hidden), kv_cache

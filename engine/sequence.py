@@ -1,0 +1,89 @@
+"""Sequence: one request's tokens and its place in the KV cache, as the scheduler tracks it.
+
+Host bookkeeping only: ints and lists, never arrays.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from engine.request import Request, SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # queued, or preempted and queued again; holds no pages
+    RUNNING = "running"  # admitted; holds pages for its computed tokens
+    FINISHED = "finished"  # done or aborted; holds no pages
+
+
+class Sequence:
+    """A request being generated: prompt plus outputs, and how much of it the cache holds.
+
+    `token_ids` is the prompt followed by the generated tokens, one list that only grows.
+    `num_computed_tokens` of them have their KV in the cache, in the pages of `block_table`
+    (token at position p lives in slot block_table[p // page_size] * page_size + p % page_size).
+    `block_table` and `block_hashes` belong to the BlockManager; the scheduler owns the rest.
+    """
+
+    def __init__(
+        self, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, seed: int
+    ) -> None:
+        self.request_id = request_id
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.sampling = sampling
+        self.seed = seed  # resolved: sampling.seed, or the one the engine picked
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []  # pages holding this sequence's KV, in order
+        self.block_hashes: list[bytes] = []  # chained hashes of the leading pages in the prefix cache
+        self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at first admission
+        self.num_preemptions = 0
+        self.arrival = 0  # order in which the scheduler received it (set by Scheduler.add)
+        self.finish_reason: str | None = None  # "stop", "length", "abort", ... once finished
+
+    @classmethod
+    def from_request(cls, request: Request, seed: int) -> Sequence:
+        return cls(request.request_id, request.prompt_token_ids, request.sampling, seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.status.name}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, pages={len(self.block_table)})"
+        )
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens whose KV is not in the cache yet (at least 1 while the sequence runs)."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def last_token_id(self) -> int:
+        return self.token_ids[-1]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def needs_sample_after(self, num_new_tokens: int) -> bool:
+        """Whether computing the next `num_new_tokens` tokens reaches the end and so samples one."""
+        return self.num_computed_tokens + num_new_tokens == len(self.token_ids)
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)

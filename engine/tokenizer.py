@@ -1,0 +1,340 @@
+"""Tokenizers from tokenizer.json or GGUF metadata, incremental detokenizing, chat prompts.
+
+Everything runs on the Hugging Face `tokenizers` library (Rust); transformers and torch
+are never needed. A GGUF file stores its vocabulary as token strings, merges and token
+types plus a pre-tokenizer name; that is turned back into a `tokenizers` byte-level BPE
+whose splitting matches llama.cpp's for the same name, so the model sees the ids it was
+trained on and llguidance can read the same vocabulary from `to_json_str()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+
+from engine.chat_template import ChatTemplate, MissingChatTemplateError
+
+# The pre-tokenizer regexes llama.cpp applies for each `tokenizer.ggml.pre` name
+# (src/llama-vocab.cpp). Each regex splits the pieces left by the one before, keeping
+# matches and gaps alike: exactly a chain of `Split(..., "isolated")`. Where llama.cpp
+# rewrote a regex for its own engine, the original from the model's tokenizer.json is used.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_TEKKEN = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclass(frozen=True)
+class _PreType:
+    regexes: tuple[str, ...]
+    ignore_merges: bool = False  # a whole piece found in the vocab is one token, unmerged
+    add_bos: bool = False  # llama.cpp's default when the file has no add_bos_token
+
+
+_BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
+_PRE_NAMES: dict[_PreType, tuple[str, ...]] = {
+    # llama.cpp's choice for "default" and for files too old to name a pre-tokenizer.
+    _PreType((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]")): ("default",),
+    _PreType((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]")): ("falcon",),
+    _PreType((_GPT2,)): (
+        "gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4", "roberta-bpe", "trillion",
+        "gigachat", "jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de",
+        "jina-v2-code", "granite-docling", "a.x-4.0", "mellum",
+    ),
+    _PreType((r"\p{N}", _GPT2)): (  # digits one by one, then GPT-2
+        "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
+    ),
+    _PreType((_LLAMA3,), ignore_merges=True, add_bos=True): (
+        "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+    ),
+    _PreType((_LLAMA3,)): ("dbrx", "smaug-bpe", "glm4", "chatglm-bpe"),
+    _PreType((_QWEN2,)): ("qwen2", "deepseek-r1-qwen", "kormo", "megrez", "stablelm2"),
+    _PreType((_BLOOM,)): ("bloom", "poro-chat", "gpt3-finnish"),
+    _PreType((_TEKKEN,), ignore_merges=True, add_bos=True): ("tekken",),
+    _PreType((_GPT4O,)): ("gpt-4o", "llama4"),
+}
+_PRE_TYPES = {name: pre for pre, names in _PRE_NAMES.items() for name in names}
+
+# tokenizer.ggml.token_type values (gguf.TokenType).
+_CONTROL, _USER = 3, 4
+
+
+class Tokenizer:
+    """A `tokenizers.Tokenizer` plus what the checkpoint says about special tokens and chat."""
+
+    def __init__(
+        self,
+        tokenizer: tokenizers.Tokenizer,
+        *,
+        bos_token_id: int | None = None,
+        eos_token_ids: Iterable[int] = (),
+        pad_token_id: int | None = None,
+        chat_template: str | None = None,
+    ):
+        """Wrap `tokenizer`, whose post-processor already adds BOS/EOS as the model wants."""
+        self._tokenizer = tokenizer
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(eos_token_ids))
+        self.pad_token_id = pad_token_id
+        self.chat_template = chat_template
+        self.vocab_size: int = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+        self._compiled_template: ChatTemplate | None = None
+
+    @classmethod
+    def from_hf_directory(cls, path: str | os.PathLike) -> Tokenizer:
+        """Load tokenizer.json, with tokenizer_config.json, generation_config.json and
+        chat_template.jinja from beside it where present."""
+        root = Path(path)
+        tokenizer = tokenizers.Tokenizer.from_file(str(root / "tokenizer.json"))
+        config = _read_json(root / "tokenizer_config.json")
+        generation = _read_json(root / "generation_config.json")
+        bos, eos, pad = (_token_text(config.get(f"{k}_token")) for k in ("bos", "eos", "pad"))
+        if "add_bos_token" in config or "add_eos_token" in config:
+            # As transformers' LlamaTokenizerFast does: the config overrides tokenizer.json.
+            tokenizer.post_processor = _special_tokens_processor(
+                tokenizer, bos if config.get("add_bos_token") else None,
+                eos if config.get("add_eos_token") else None,
+            )
+        end_ids = [tokenizer.token_to_id(eos) if eos else None]
+        end_ids += _as_list(generation.get("eos_token_id"))
+        return cls(
+            tokenizer,
+            bos_token_id=tokenizer.token_to_id(bos) if bos else generation.get("bos_token_id"),
+            eos_token_ids=[i for i in end_ids if i is not None],
+            pad_token_id=tokenizer.token_to_id(pad) if pad else None,
+            chat_template=_hf_chat_template(root, config.get("chat_template")),
+        )
+
+    @classmethod
+    def from_gguf(cls, source: str | os.PathLike | Any) -> Tokenizer:
+        """Build the tokenizer a GGUF file describes in its tokenizer.* metadata.
+
+        `source` is a path, an open `gguf.GGUFReader`, or its `fields` mapping, so a loader
+        that has already parsed the file need not parse it again. Raises ValueError for a
+        tokenizer model or pre-tokenizer it cannot build faithfully.
+        """
+        if isinstance(source, (str, os.PathLike)):
+            import gguf  # deferred: only GGUF checkpoints need it
+
+            source = gguf.GGUFReader(str(source))
+        fields: Mapping[str, Any] = getattr(source, "fields", source)
+
+        def value(key: str, default: Any = None) -> Any:
+            field = fields.get(key)
+            return field.contents() if field is not None else default
+
+        end_ids = [value(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+        return cls(
+            _gguf_byte_level_bpe(value),
+            bos_token_id=_optional_int(value("tokenizer.ggml.bos_token_id")),
+            eos_token_ids=[int(i) for i in end_ids if i is not None],
+            pad_token_id=_optional_int(value("tokenizer.ggml.padding_token_id")),
+            chat_template=value("tokenizer.chat_template"),
+        )
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids for `text`; with `add_special_tokens`, BOS/EOS where the model wants them."""
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""
+        ids = [int(i) for i in ids]  # NumPy integers are refused by the Rust side
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token given in its vocabulary spelling (byte-level: "Ġhello")."""
+        return self._tokenizer.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary spelling of `token_id`, or None outside the vocabulary."""
+        return self._tokenizer.id_to_token(int(token_id))
+
+    @property
+    def add_bos_token(self) -> bool:
+        """Whether `encode` puts BOS first (what the post-processor does to empty text)."""
+        return self.bos_token_id is not None and self.encode("")[:1] == [self.bos_token_id]
+
+    def to_json_str(self) -> str:
+        """The `tokenizers` JSON serialization (what llguidance builds its tokenizer from)."""
+        return self._tokenizer.to_str()
+
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """The prompt text the chat template makes of `messages` (see ChatTemplate.render)."""
+        if self.chat_template is None:
+            raise MissingChatTemplateError(
+                "the model has no chat template, so messages cannot become a prompt; "
+                "give it a plain text prompt instead"
+            )
+        if self._compiled_template is None:
+            eos = self.eos_token_ids[0] if self.eos_token_ids else None
+            special = {"bos_token": self._text(self.bos_token_id), "eos_token": self._text(eos)}
+            self._compiled_template = ChatTemplate(self.chat_template, special)
+        return self._compiled_template.render(messages, add_generation_prompt, tools, **kwargs)
+
+    def _text(self, token_id: int | None) -> str | None:
+        return None if token_id is None else self.decode([token_id])
+
+
+class IncrementalDetokenizer:
+    """Text deltas for a growing sequence of generated ids, never splitting a character.
+
+    Each push decodes only a window: the tokens of the last emitted delta (context, so
+    decoders that treat a leading space or byte specially see the same neighbours) plus
+    the tokens not yet emitted. Text whose end is U+FFFD may be a character cut in the
+    middle, so its tokens wait for the next push (as in vLLM and HF's TextStreamer).
+    """
+
+    # Tokens of prompt kept as context for the first delta, as vLLM does.
+    _PROMPT_CONTEXT = 5
+    # Longest a token run may wait; past it the U+FFFD is invalid bytes, not a cut character.
+    _MAX_PENDING = 32
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] | None = None,
+                 skip_special_tokens: bool = False):
+        """Start after `prompt_ids` (whose text is not emitted) or at the beginning."""
+        self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
+        context = list(prompt_ids)[-self._PROMPT_CONTEXT:] if prompt_ids is not None else []
+        self._window = [int(i) for i in context]
+        self._read = len(self._window)  # window[:read] is context already emitted
+        self._read_text = self._decode(self._window)
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """The new text `token_ids` complete; "" while a character is still incomplete."""
+        pending_before = len(self._window) - self._read
+        self._window.extend(int(i) for i in token_ids)
+        text = self._decode(self._window)
+        complete = not text.endswith("\ufffd") or pending_before > self._MAX_PENDING
+        if len(text) <= len(self._read_text) or not complete:
+            return ""
+        return self._advance(text)
+
+    def flush(self) -> str:
+        """Whatever is still held back, broken characters shown as U+FFFD."""
+        text = self._decode(self._window)
+        return self._advance(text) if len(text) > len(self._read_text) else ""
+
+    def _advance(self, text: str) -> str:
+        delta = text[len(self._read_text):]
+        self._window = self._window[self._read:]
+        self._read = len(self._window)
+        self._read_text = self._decode(self._window)
+        return delta
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special_tokens)
+
+
+def _gguf_byte_level_bpe(value: Callable[..., Any]) -> tokenizers.Tokenizer:
+    model, pre_name = value("tokenizer.ggml.model"), value("tokenizer.ggml.pre") or "default"
+    if model != "gpt2":
+        raise ValueError(
+            f"unsupported GGUF tokenizer model {model!r} (tokenizer.ggml.model): Flint builds "
+            "byte-level BPE ('gpt2') tokenizers only; for SentencePiece ('llama') and others "
+            "serve the checkpoint's Hugging Face directory with its tokenizer.json"
+        )
+    if pre_name not in _PRE_TYPES:
+        raise ValueError(
+            f"unsupported GGUF pre-tokenizer {pre_name!r} (tokenizer.ggml.pre); "
+            f"supported: {', '.join(sorted(_PRE_TYPES))}"
+        )
+    pre_type, tokens = _PRE_TYPES[pre_name], value("tokenizer.ggml.tokens")
+    types = value("tokenizer.ggml.token_type", [])
+    tokenizer = _byte_level_bpe(tokens, value("tokenizer.ggml.merges", []), types, pre_type)
+    add_bos = value("tokenizer.ggml.add_bos_token", pre_type.add_bos)
+    add_eos = value("tokenizer.ggml.add_eos_token", False)
+    if add_bos or add_eos:
+        bos, eos = (value(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos"))
+        tokenizer.post_processor = _special_tokens_processor(
+            tokenizer, tokens[bos] if add_bos else None, tokens[eos] if add_eos else None
+        )
+    return tokenizer
+
+
+def _byte_level_bpe(
+    tokens: list[str], merges: list[str], token_types: list[int], pre_type: _PreType
+) -> tokenizers.Tokenizer:
+    # llama.cpp names empty tokens so, and refuses duplicate spellings.
+    vocab = {token or f"[EMPTY_{i}]": i for i, token in enumerate(tokens)}
+    # A merge is "left right"; llama.cpp splits it at the first space after the first byte.
+    pairs = [(m[: m.index(" ", 1)], m[m.index(" ", 1) + 1 :]) for m in merges]
+    tokenizer = tokenizers.Tokenizer(
+        models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre_type.ignore_merges)
+    )
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre_type.regexes]
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level])
+    tokenizer.decoder = decoders.ByteLevel()
+    # Control and user-defined tokens are stored as plain text and matched before splitting.
+    typed = list(zip(tokens, token_types))
+    specials = [AddedToken(t, special=True, normalized=False) for t, k in typed if k == _CONTROL]
+    added = [AddedToken(t, special=False, normalized=False) for t, k in typed if k == _USER]
+    tokenizer.add_special_tokens(specials)
+    tokenizer.add_tokens(added)
+    return tokenizer
+
+
+def _special_tokens_processor(
+    tokenizer: tokenizers.Tokenizer, bos: str | None, eos: str | None
+) -> processors.TemplateProcessing:
+    for name, token in (("BOS", bos), ("EOS", eos)):
+        if token is not None and tokenizer.token_to_id(token) is None:
+            raise ValueError(f"the {name} token {token!r} is not in the vocabulary")
+    prefix, suffix = [bos] if bos else [], [eos] if eos else []
+    return processors.TemplateProcessing(
+        single=[*prefix, "$A", *suffix],
+        pair=[*prefix, "$A", *suffix, *prefix, "$B:1", *suffix],
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in dict.fromkeys(prefix + suffix)],
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _token_text(token: str | Mapping[str, Any] | None) -> str | None:
+    # tokenizer_config.json writes a special token as text or as a serialized AddedToken.
+    return token.get("content") if isinstance(token, Mapping) else token
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _as_list(value: int | list[int] | None) -> list[int]:
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
+
+
+def _hf_chat_template(root: Path, configured: str | list[Mapping[str, str]] | None) -> str | None:
+    # Newer checkpoints keep the template in its own file rather than in the config.
+    if (root / "chat_template.jinja").is_file():
+        return (root / "chat_template.jinja").read_text(encoding="utf-8")
+    if isinstance(configured, list):  # several named templates; chat uses "default"
+        return {t["name"]: t["template"] for t in configured}.get("default")
+    return configured

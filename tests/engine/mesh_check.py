@@ -1,0 +1,40 @@
+"""Run in a subprocess with 4 host devices: tensor-parallel logits equal single-device logits."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import jax
+import numpy as np
+
+from engine.config import EngineConfig, ModelConfig
+from engine.params import random_params
+from engine.runner import ModelRunner, RowPlan
+
+config = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
+                     num_heads=8, num_kv_heads=4, head_dim=8)
+params = random_params(config, seed=7)
+prompt = list(np.random.default_rng(0).integers(0, 96, 21))
+
+
+def run(mesh_shape):
+    engine = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=32,
+                          page_size=4, num_pages=40, mesh_shape=mesh_shape)
+    runner = ModelRunner(config, engine, params)
+    prefill = runner.hidden_logits([RowPlan(prompt[:20], 0, list(range(1, 7)), False)])
+    decode = runner.hidden_logits([RowPlan(prompt[20:], 20, list(range(1, 7)), False)])
+    return runner, np.concatenate([prefill, decode])
+
+
+single_runner, single = run((1,))
+sharded_runner, sharded = run((4,))
+wq = sharded_runner.state["layers"]["wq"][...]
+print(json.dumps({
+    "devices": len(jax.devices()),
+    "wq_spec": str(wq.sharding.spec),
+    "wq_devices": len(wq.sharding.device_set),
+    "cache_spec": str(sharded_runner.kv_cache.k.sharding.spec),
+    "max_relative_error": float(np.max(np.abs(single - sharded)) / np.max(np.abs(single))),
+}))
+sys.exit(0)

@@ -1,0 +1,98 @@
+"""An independent float32 NumPy forward of a Llama-family model, for reference checks.
+
+Written from the architecture's definition (not from engine/model.py): full causal
+attention over the whole sequence, no cache, no paging, no batching.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rms_norm(x, weight, eps):
+    variance = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
+    return (x / np.sqrt(variance + eps)).astype(np.float32) * weight
+
+
+def inverse_frequencies(config, freq_factors=None):
+    half = config.head_dim // 2
+    inv_freq = 1.0 / config.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / config.head_dim)
+    scaling = config.rope_scaling
+    if scaling is not None:
+        scaled = []
+        for f in inv_freq:
+            wavelength = 2 * np.pi / f
+            low_wavelength = scaling.original_max_position_embeddings / scaling.low_freq_factor
+            high_wavelength = scaling.original_max_position_embeddings / scaling.high_freq_factor
+            if wavelength < high_wavelength:
+                scaled.append(f)
+            elif wavelength > low_wavelength:
+                scaled.append(f / scaling.factor)
+            else:
+                smooth = (scaling.original_max_position_embeddings / wavelength - scaling.low_freq_factor) / (
+                    scaling.high_freq_factor - scaling.low_freq_factor)
+                scaled.append((1 - smooth) * f / scaling.factor + smooth * f)
+        inv_freq = np.array(scaled)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    return inv_freq
+
+
+def rotate(x, positions, inv_freq):
+    """x: [seq, heads, d]; pairs (i, i + d/2) rotate by position * inv_freq[i]."""
+    angle = positions[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    return np.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1).astype(np.float32)
+
+
+def attention(q, k, v):
+    """q: [seq, heads, d], k/v: [seq, kv_heads, d]; causal, grouped-query."""
+    seq, heads, d = q.shape
+    group = heads // k.shape[1]
+    out = np.zeros_like(q)
+    causal = np.tril(np.ones((seq, seq), dtype=bool))
+    for h in range(heads):
+        scores = q[:, h, :] @ k[:, h // group, :].T / np.sqrt(d)
+        scores = np.where(causal, scores, -np.inf)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out[:, h, :] = weights @ v[:, h // group, :]
+    return out
+
+
+def forward(config, params, token_ids):
+    """Logits [seq, vocab] for every position of one sequence."""
+    layers = params["layers"]
+    positions = np.arange(len(token_ids), dtype=np.float64)
+    inv_freq = inverse_frequencies(config, params.get("rope_freq_factors"))
+    x = params["embed"][np.asarray(token_ids)].astype(np.float32)
+    seq = len(token_ids)
+    for i in range(config.num_layers):
+        h = rms_norm(x, layers["attn_norm"][i], config.rms_norm_eps)
+        q, k, v = h @ layers["wq"][i], h @ layers["wk"][i], h @ layers["wv"][i]
+        if config.attention_bias:
+            q, k, v = q + layers["bq"][i], k + layers["bk"][i], v + layers["bv"][i]
+        q = q.reshape(seq, config.num_heads, config.head_dim)
+        k = k.reshape(seq, config.num_kv_heads, config.head_dim)
+        v = v.reshape(seq, config.num_kv_heads, config.head_dim)
+        if config.qk_norm:
+            q = rms_norm(q, layers["q_norm"][i], config.rms_norm_eps)
+            k = rms_norm(k, layers["k_norm"][i], config.rms_norm_eps)
+        q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i]
+        h = rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps)
+        gate = h @ layers["w_gate"][i]
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i])) @ layers["w_down"][i]
+    x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
+    head = params["lm_head"] if "lm_head" in params else params["embed"].T
+    return x @ head
+
+
+def greedy(config, params, prompt_ids, num_tokens):
+    """Greedy continuation, recomputing the whole sequence each step."""
+    ids = list(prompt_ids)
+    for _ in range(num_tokens):
+        ids.append(int(np.argmax(forward(config, params, ids)[-1])))
+    return ids[len(prompt_ids):]
