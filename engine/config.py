@@ -53,11 +53,18 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
-def default_token_buckets(max_num_batched_tokens: int, smallest: int = 8) -> tuple[int, ...]:
-    """Powers of two from `smallest` up to the per-step token budget (which is always one)."""
-    buckets = [smallest]
+def default_token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
+    """1, then powers of two from 4 up to the per-step token budget (which is always one).
+
+    A bucket of its own for one token matters: XLA's CPU backend runs a one-row matmul as a
+    matrix-vector product, several times faster than the same weights against 2 to 8 rows,
+    and single-stream decode is exactly that step. Between 2 and 4 tokens the cost hardly
+    changes, so 2 gets no bucket."""
+    buckets = [1]
+    size = 4
     while buckets[-1] < max_num_batched_tokens:
-        buckets.append(min(buckets[-1] * 2, max_num_batched_tokens))
+        buckets.append(min(size, max_num_batched_tokens))
+        size *= 2
     return tuple(buckets)
 
 

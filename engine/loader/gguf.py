@@ -1,9 +1,8 @@
 """GGUF checkpoints: metadata to a ModelConfig, tensors (any ggml type) to the weights pytree.
 
 GGUFReader gives each tensor's data with the numpy shape reversed from ggml's `ne`: a
-weight with ne = [in, out] reads as [out, in], PyTorch's layout, so projections are
-transposed into the [in, out] layout of engine/params.py. The embedding reads as
-[vocab, hidden], already the layout's.
+weight with ne = [in, out] reads as [out, in], PyTorch's layout and the one of
+engine/params.py, so no tensor needs transposing.
 
 llama.cpp's converter permutes the rows of the Q and K weights for architecture llama, so
 that its interleaved RoPE rotates pairs (2i, 2i+1). The loader undoes it to get back the
@@ -31,22 +30,22 @@ ARCHITECTURES = {
     "qwen3": ({"qk_norm": True}, False),
 }
 
-# Layout name -> (GGUF name inside blk.{i}, transpose from [out, in]).
+# Layout name -> GGUF name inside blk.{i}.
 LAYER_TENSORS = {
-    "attn_norm": ("attn_norm.weight", False),
-    "wq": ("attn_q.weight", True),
-    "wk": ("attn_k.weight", True),
-    "wv": ("attn_v.weight", True),
-    "wo": ("attn_output.weight", True),
-    "bq": ("attn_q.bias", False),
-    "bk": ("attn_k.bias", False),
-    "bv": ("attn_v.bias", False),
-    "q_norm": ("attn_q_norm.weight", False),
-    "k_norm": ("attn_k_norm.weight", False),
-    "mlp_norm": ("ffn_norm.weight", False),
-    "w_gate": ("ffn_gate.weight", True),
-    "w_up": ("ffn_up.weight", True),
-    "w_down": ("ffn_down.weight", True),
+    "attn_norm": "attn_norm.weight",
+    "wq": "attn_q.weight",
+    "wk": "attn_k.weight",
+    "wv": "attn_v.weight",
+    "wo": "attn_output.weight",
+    "bq": "attn_q.bias",
+    "bk": "attn_k.bias",
+    "bv": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight",
+    "k_norm": "attn_k_norm.weight",
+    "mlp_norm": "ffn_norm.weight",
+    "w_gate": "ffn_gate.weight",
+    "w_up": "ffn_up.weight",
+    "w_down": "ffn_down.weight",
 }
 
 # ggml types that gguf.quants.dequantize leaves out because they are plain numbers.
@@ -170,13 +169,13 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
     permuted = ARCHITECTURES[_architecture(reader.fields)][1]
     _refuse_unused(tensors, config)
 
-    def read(name: str, transpose: bool = False, heads: int | None = None) -> np.ndarray:
+    def read(name: str, heads: int | None = None) -> np.ndarray:
         if name not in tensors:
             raise ValueError(f"GGUF file lacks tensor {name}")
         array = dequantize(tensors[name])
         if heads is not None:
             array = unpermute_rows(array, heads)
-        return array.T if transpose else array
+        return array
 
     params = {
         "embed": np.array(read("token_embd.weight")),
@@ -185,20 +184,20 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
                    for name in param_specs(config)["layers"]},
     }
     if not config.tie_word_embeddings:
-        params["lm_head"] = np.ascontiguousarray(read("output.weight", transpose=True))
+        params["lm_head"] = np.array(read("output.weight"))
     if "rope_freqs.weight" in tensors:
         params["rope_freq_factors"] = np.array(read("rope_freqs.weight"))
     return params
 
 
 def _stack(read, config: ModelConfig, name: str, permuted: bool) -> np.ndarray:
-    gguf_name, transpose = LAYER_TENSORS[name]
+    gguf_name = LAYER_TENSORS[name]
     heads = None
     if permuted and name == "wq":
         heads = config.num_heads
     elif permuted and name == "wk":
         heads = config.num_kv_heads
-    layers = [read(f"blk.{i}.{gguf_name}", transpose, heads) for i in range(config.num_layers)]
+    layers = [read(f"blk.{i}.{gguf_name}", heads) for i in range(config.num_layers)]
     return np.ascontiguousarray(np.stack(layers))
 
 
@@ -216,7 +215,7 @@ def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
 
 def _refuse_unused(tensors: Mapping, config: ModelConfig) -> None:
     expected = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"}
-    expected |= {f"blk.{i}.{LAYER_TENSORS[name][0]}"
+    expected |= {f"blk.{i}.{LAYER_TENSORS[name]}"
                  for i in range(config.num_layers) for name in param_specs(config)["layers"]}
     unused = sorted(name for name in tensors if name not in expected)
     if unused:

@@ -1,9 +1,9 @@
 """Hugging Face checkpoints: config.json to a ModelConfig, safetensors to the weights pytree.
 
 A directory holds either one `model.safetensors` or shards listed in
-`model.safetensors.index.json`. Weights are read one tensor at a time, widened to float32,
-transposed from PyTorch's [out, in] to the [in, out] layout of engine/params.py, and
-stacked over layers. Every tensor in the files must be used: an unexpected one (an o_proj
+`model.safetensors.index.json`. Weights are read one tensor at a time, widened to float32
+and stacked over layers; PyTorch's [out, in] is already the layout of engine/params.py.
+Every tensor in the files must be used: an unexpected one (an o_proj
 bias, say) means a model this engine would run wrongly, so it is refused by name.
 """
 
@@ -27,22 +27,22 @@ ARCHITECTURES = {
     "Qwen3ForCausalLM": {"qk_norm": True},
 }
 
-# Layout name -> (HF name inside model.layers.{i}, transpose from [out, in]).
+# Layout name -> HF name inside model.layers.{i}.
 LAYER_TENSORS = {
-    "attn_norm": ("input_layernorm.weight", False),
-    "wq": ("self_attn.q_proj.weight", True),
-    "wk": ("self_attn.k_proj.weight", True),
-    "wv": ("self_attn.v_proj.weight", True),
-    "wo": ("self_attn.o_proj.weight", True),
-    "bq": ("self_attn.q_proj.bias", False),
-    "bk": ("self_attn.k_proj.bias", False),
-    "bv": ("self_attn.v_proj.bias", False),
-    "q_norm": ("self_attn.q_norm.weight", False),
-    "k_norm": ("self_attn.k_norm.weight", False),
-    "mlp_norm": ("post_attention_layernorm.weight", False),
-    "w_gate": ("mlp.gate_proj.weight", True),
-    "w_up": ("mlp.up_proj.weight", True),
-    "w_down": ("mlp.down_proj.weight", True),
+    "attn_norm": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias",
+    "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight",
+    "w_up": "mlp.up_proj.weight",
+    "w_down": "mlp.down_proj.weight",
 }
 
 # Non-persistent buffers some older checkpoints saved; recomputed by the model.
@@ -142,11 +142,10 @@ def load_hf_params(directory: str | Path, config: ModelConfig) -> dict:
         handles = {path: stack.enter_context(safe_open(path, framework="numpy"))
                    for path in set(files.values())}
 
-        def read(name: str, transpose: bool = False) -> np.ndarray:
+        def read(name: str) -> np.ndarray:
             if name not in files:
                 raise ValueError(f"checkpoint lacks tensor {name}")
-            array = handles[files[name]].get_tensor(name).astype(np.float32)
-            return array.T if transpose else array
+            return handles[files[name]].get_tensor(name).astype(np.float32)
 
         return _read_params(read, config)
 
@@ -158,19 +157,19 @@ def _read_params(read, config: ModelConfig) -> dict:
         "layers": {name: _stack(read, config, name) for name in param_specs(config)["layers"]},
     }
     if not config.tie_word_embeddings:
-        params["lm_head"] = read("lm_head.weight", transpose=True)
+        params["lm_head"] = read("lm_head.weight")
     return params
 
 
 def _stack(read, config: ModelConfig, name: str) -> np.ndarray:
-    hf_name, transpose = LAYER_TENSORS[name]
-    layers = [read(f"model.layers.{i}.{hf_name}", transpose) for i in range(config.num_layers)]
+    hf_name = LAYER_TENSORS[name]
+    layers = [read(f"model.layers.{i}.{hf_name}") for i in range(config.num_layers)]
     return np.ascontiguousarray(np.stack(layers))
 
 
 def _refuse_unused(files: dict[str, Path], config: ModelConfig) -> None:
     expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
-    expected |= {f"model.layers.{i}.{LAYER_TENSORS[name][0]}"
+    expected |= {f"model.layers.{i}.{LAYER_TENSORS[name]}"
                  for i in range(config.num_layers) for name in param_specs(config)["layers"]}
     # A tied checkpoint may still carry lm_head.weight (a copy of the embedding): harmless.
     unused = sorted(n for n in files if n not in expected and not n.endswith(IGNORED_SUFFIXES))

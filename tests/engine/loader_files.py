@@ -53,20 +53,20 @@ def hf_config_json(config: ModelConfig, arch: str) -> dict:
 
 
 def hf_tensors(config: ModelConfig, params: dict) -> dict[str, np.ndarray]:
-    """The state dict of a transformers model: PyTorch Linear weights are [out, in]."""
+    """The state dict of a transformers model (PyTorch Linear weights are [out, in], as ours)."""
     tensors = {"model.embed_tokens.weight": params["embed"],
                "model.norm.weight": params["final_norm"]}
     if not config.tie_word_embeddings:
-        tensors["lm_head.weight"] = params["lm_head"].T
+        tensors["lm_head.weight"] = params["lm_head"]
     layers = params["layers"]
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
         tensors[p + "input_layernorm.weight"] = layers["attn_norm"][i]
         tensors[p + "post_attention_layernorm.weight"] = layers["mlp_norm"][i]
         for proj, name in (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv"), ("o_proj", "wo")):
-            tensors[p + f"self_attn.{proj}.weight"] = layers[name][i].T
+            tensors[p + f"self_attn.{proj}.weight"] = layers[name][i]
         for proj, name in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
-            tensors[p + f"mlp.{proj}.weight"] = layers[name][i].T
+            tensors[p + f"mlp.{proj}.weight"] = layers[name][i]
         if config.attention_bias:
             for proj, name in (("q_proj", "bq"), ("k_proj", "bk"), ("v_proj", "bv")):
                 tensors[p + f"self_attn.{proj}.bias"] = layers[name][i]

@@ -1,4 +1,4 @@
-"""An independent float32 NumPy forward of a Llama-family model, for reference checks.
+"""An independent float32 NumPy forward (weights stored [out, in], as PyTorch stores them) of a Llama-family model, for reference checks.
 
 Written from the architecture's definition (not from engine/model.py): full causal
 attention over the whole sequence, no cache, no paging, no batching.
@@ -71,7 +71,7 @@ def forward(config, params, token_ids):
     seq = len(token_ids)
     for i in range(config.num_layers):
         h = rms_norm(x, layers["attn_norm"][i], config.rms_norm_eps)
-        q, k, v = h @ layers["wq"][i], h @ layers["wk"][i], h @ layers["wv"][i]
+        q, k, v = h @ layers["wq"][i].T, h @ layers["wk"][i].T, h @ layers["wv"][i].T
         if config.attention_bias:
             q, k, v = q + layers["bq"][i], k + layers["bk"][i], v + layers["bv"][i]
         q = q.reshape(seq, config.num_heads, config.head_dim)
@@ -81,13 +81,13 @@ def forward(config, params, token_ids):
             q = rms_norm(q, layers["q_norm"][i], config.rms_norm_eps)
             k = rms_norm(k, layers["k_norm"][i], config.rms_norm_eps)
         q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
-        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i]
+        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i].T
         h = rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps)
-        gate = h @ layers["w_gate"][i]
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i])) @ layers["w_down"][i]
+        gate = h @ layers["w_gate"][i].T
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i].T)) @ layers["w_down"][i].T
     x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
-    head = params["lm_head"] if "lm_head" in params else params["embed"].T
-    return x @ head
+    head = params["lm_head"] if "lm_head" in params else params["embed"]
+    return x @ head.T
 
 
 def greedy(config, params, prompt_ids, num_tokens):
