@@ -51,6 +51,8 @@ class AsyncEngine:
         if self._error is not None:
             raise EngineDeadError("the engine stopped") from self._error
         self.engine.validate(request)
+        if request.request_id in self._streams:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
         outputs: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = (asyncio.get_running_loop(), outputs)
         self._commands.put(("add", request))

@@ -18,6 +18,7 @@ from engine.request import Request, RequestOutput
 from engine.runner import ModelRunner, RowPlan
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 SEED_RANGE = 2**31 - 1
@@ -42,9 +43,10 @@ class Engine:
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
                    report: Callable[[str], None] | None = None) -> Engine:
         """Load a checkpoint (the embedded model when None), build the engine, compile every bucket."""
-        checkpoint = load_checkpoint(model)
         config = config or EngineConfig()
-        engine = cls(checkpoint, tokenizer_for(checkpoint), config)
+        mesh = make_mesh(config)
+        checkpoint = load_checkpoint(model, shardings=lambda c, p: param_shardings(c, mesh, p))
+        engine = cls(checkpoint, tokenizer_for(checkpoint), config, mesh)
         engine.runner.warmup(report)
         return engine
 

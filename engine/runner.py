@@ -42,7 +42,8 @@ class ModelRunner:
         self.model_config = model_config
         self.config = engine_config
         self.mesh = mesh if mesh is not None else make_mesh(engine_config)
-        weights = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=engine_config.dtype), params)
+        # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
+        weights = jax.tree_util.tree_map(lambda a: a.astype(engine_config.dtype), params)
         weights = jax.device_put(weights, param_shardings(model_config, self.mesh, weights))
         self.graphdef, self.state = nnx.split(Llama(model_config, weights))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)

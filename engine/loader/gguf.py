@@ -14,6 +14,8 @@ which this layout refuses.)
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -57,8 +59,12 @@ _PLAIN_TYPES = {
 _REQUIRED = object()
 
 
+@functools.lru_cache(maxsize=1)
 def read_gguf(path: str | Path) -> gguf.GGUFReader:
-    """Parse a GGUF file's header. Tensor data stays memory-mapped until it is read."""
+    """Parse a GGUF file's header. Tensor data stays memory-mapped until it is read.
+
+    Cached: describing the model (engine/loader/source.py) and loading it read the same
+    header, and parsing SmolLM2's (its tokenizer arrays above all) takes seconds."""
     return gguf.GGUFReader(str(path))
 
 

@@ -66,9 +66,9 @@ def resolve_model(model: str | Path | None = None) -> ModelSource:
 
 @functools.lru_cache(maxsize=8)
 def _describe_gguf(path: Path) -> ModelSource:
-    import gguf  # deferred: reading its metadata is only needed for GGUF models
+    from engine.loader.gguf import read_gguf  # deferred: only GGUF models need it
 
-    fields = gguf.GGUFReader(str(path)).fields
+    fields = read_gguf(path).fields
     architecture = fields["general.architecture"].contents()
     context = fields.get(f"{architecture}.context_length")
     # "SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct": the quantization
