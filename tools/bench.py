@@ -2,6 +2,10 @@
 
     python tools/bench.py roofline     memory bandwidth and matmul rate of the JAX device,
                                        and the decode ceilings they imply for a model
+    python tools/bench.py engine       the roofline, then the engine: single-stream decode,
+                                       aggregate throughput at several concurrencies, time
+                                       to first token, and llama.cpp on the same GGUF when
+                                       llama-cpp-python is installed (the `bench` extra)
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -16,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def best_seconds(run, repeats: int) -> float:
@@ -87,16 +92,33 @@ def roofline(args: argparse.Namespace) -> None:
               f"batch-1 decode ceiling {bandwidth / weight_bytes:.0f} tok/s (weights read once per step)")
 
 
+def add_roofline_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bandwidth-mib", type=int, default=1024)
+    parser.add_argument("--matmul-size", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", default=None, help="checkpoint (default: the embedded SmolLM2)")
+
+
+def engine_benchmarks(args: argparse.Namespace) -> None:
+    from bench_engine import run_engine_benchmarks
+
+    roofline(args)
+    run_engine_benchmarks(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
-    rl = commands.add_parser("roofline", help="device bandwidth and matmul rate")
-    rl.add_argument("--bandwidth-mib", type=int, default=1024)
-    rl.add_argument("--matmul-size", type=int, default=2048)
-    rl.add_argument("--repeats", type=int, default=5)
-    rl.add_argument("--model", default=None, help="checkpoint for the decode ceiling (default: embedded)")
+    add_roofline_options(commands.add_parser("roofline", help="device bandwidth and matmul rate"))
+    engine = commands.add_parser("engine", help="roofline, decode, throughput, time to first token")
+    add_roofline_options(engine)
+    engine.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    engine.add_argument("--prompt-tokens", type=int, default=128)
+    engine.add_argument("--output-tokens", type=int, default=128)
+    engine.add_argument("--ttft-prompt-tokens", type=int, default=1000)
+    engine.add_argument("--dtype", default="float32", help="compute dtype (bfloat16 on GPUs)")
     args = parser.parse_args(argv or ["roofline"])
-    {"roofline": roofline}[args.command](args)
+    {"roofline": roofline, "engine": engine_benchmarks}[args.command](args)
     return 0
 
 
