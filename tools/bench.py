@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--output-tokens", type=int, default=128)
     engine.add_argument("--ttft-prompt-tokens", type=int, default=1000)
     engine.add_argument("--dtype", default="float32", help="compute dtype (bfloat16 on GPUs)")
-    args = parser.parse_args(argv or ["roofline"])
+    args = parser.parse_args(argv)
+    if args.command is None:  # `make bench` with no arguments: the roofline alone
+        args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks}[args.command](args)
     return 0
 
