@@ -30,7 +30,7 @@ codegen: setup
 	$(BIN)/python tools/codegen.py
 
 bench: setup
-	$(BIN)/python tools/bench.py $(BENCH_ARGS)
+	$(BIN)/python tools/bench.py $(or $(BENCH_ARGS),engine)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

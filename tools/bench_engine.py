@@ -55,10 +55,15 @@ def single_stream(engine: Engine, args, rng) -> float:
     return (len(times) - 1) / (times[-1] - times[0])
 
 
-def aggregate(engine: Engine, args, concurrency: int, rng) -> float:
-    """Output tokens per second over the whole run of `concurrency` simultaneous requests."""
+def aggregate(engine: Engine, args, concurrency: int, rng) -> tuple[float, float]:
+    """Output tok/s of `concurrency` simultaneous requests: over the whole run (prefills
+    included), and over the decode phase, once every request has its first token."""
     elapsed, arrivals = timed_run(engine, requests_for(engine, args, concurrency, f"c{concurrency}", rng))
-    return sum(len(times) for times in arrivals.values()) / elapsed
+    total = sum(len(times) for times in arrivals.values()) / elapsed
+    decode_start = max(times[0] for times in arrivals.values())
+    decode_end = max(times[-1] for times in arrivals.values())
+    decoded = sum(1 for times in arrivals.values() for t in times if t > decode_start)
+    return total, decoded / max(decode_end - decode_start, 1e-9)
 
 
 def time_to_first_token(engine: Engine, args, rng) -> float:
@@ -96,7 +101,9 @@ def run_engine_benchmarks(args: argparse.Namespace) -> None:
     print(f"single-stream decode: {single_stream(engine, args, rng):.1f} tok/s "
           f"({args.prompt_tokens} prompt, {args.output_tokens} output tokens)")
     for concurrency in args.concurrency:
-        print(f"aggregate at {concurrency} concurrent: {aggregate(engine, args, concurrency, rng):.1f} output tok/s")
+        total, decode = aggregate(engine, args, concurrency, rng)
+        print(f"aggregate at {concurrency} concurrent: {total:.1f} output tok/s over the run, "
+              f"{decode:.1f} tok/s in the decode phase")
     print(f"time to first token, {args.ttft_prompt_tokens}-token prompt: {time_to_first_token(engine, args, rng):.2f} s")
     source = resolve_model(args.model)
     if source.format == "gguf":
