@@ -82,22 +82,16 @@ def _describe_gguf(path: Path) -> ModelSource:
 
 
 def _describe_hf_directory(path: Path) -> ModelSource:
-    config = json.loads((path / "config.json").read_text())
-    context = config.get("max_position_embeddings")
-    return ModelSource(
-        id=path.name,
-        path=path,
-        format="hf",
-        context_length=int(context) if context is not None else None,
-    )
+    return _describe_directory(path, "hf", json.loads((path / "config.json").read_text()))
 
 
 def _describe_orbax_directory(path: Path) -> ModelSource:
-    config = json.loads((path / ORBAX_CONFIG_FILE).read_text())["model_config"]
+    document = json.loads((path / ORBAX_CONFIG_FILE).read_text())
+    return _describe_directory(path, "orbax", document["model_config"])
+
+
+def _describe_directory(path: Path, format: Literal["hf", "orbax"], config: dict) -> ModelSource:
+    """A checkpoint directory is listed under its own name."""
     context = config.get("max_position_embeddings")
-    return ModelSource(
-        id=path.name,
-        path=path,
-        format="orbax",
-        context_length=int(context) if context is not None else None,
-    )
+    return ModelSource(id=path.name, path=path, format=format,
+                       context_length=int(context) if context is not None else None)

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from kv_identity import prefix_ids
+
 from engine.block_manager import BlockManager, hash_page
 from engine.request import SamplingParams
 from engine.sequence import Sequence
@@ -168,15 +170,6 @@ def test_without_prefix_caching_nothing_is_shared():
     seq = make_seq(list(range(9)), "y")
     assert manager.allocate(seq) == 0 and seq.block_table == []
     assert manager.num_cached_pages == 0
-
-
-def prefix_ids(token_ids: list[int]) -> list[int]:
-    """An identity for the KV of each position: it depends on the token and all before it."""
-    ids, running = [], 0
-    for token in token_ids:
-        running = hash((running, token))
-        ids.append(running)
-    return ids
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from kv_identity import prefix_ids
+
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.request import SamplingParams
@@ -28,14 +30,6 @@ def make_scheduler(**config) -> Scheduler:
 
 def make_seq(request_id: str, token_ids: list[int], max_tokens: int = 16) -> Sequence:
     return Sequence(request_id, token_ids, SamplingParams(max_tokens=max_tokens), seed=0)
-
-
-def prefix_ids(token_ids: list[int]) -> list[int]:
-    ids, running = [], 0
-    for token in token_ids:
-        running = hash((running, token))
-        ids.append(running)
-    return ids
 
 
 class FakeEngine:
