@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from engine.sampling import SamplingArrays, empty_sampling_arrays
+
 
 @jax.tree_util.register_dataclass
 @dataclass
@@ -23,23 +25,23 @@ class BatchInputs:
     context_lens: jax.Array  # [tokens] int32, tokens of its sequence already in the cache
     block_tables: jax.Array  # [seqs, pages_per_seq] int32, 0 (the null page) past the end
     logits_indices: jax.Array  # [seqs] int32, the token whose logits each row samples from
-    temperature: jax.Array  # [seqs] float32, 0 = greedy
-    seeds: jax.Array  # [seqs] uint32
-    sample_positions: jax.Array  # [seqs] int32, position of the token being sampled
+    sampling: SamplingArrays  # one row of sampling parameters per sequence
 
     @property
     def num_tokens(self) -> int:
         return self.token_ids.shape[0]
 
 
-def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int) -> BatchInputs:
-    """An all-padding batch of the given bucket (also the template for compiling it)."""
+def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: int,
+                history: int) -> BatchInputs:
+    """An all-padding batch of the given bucket (also the template for compiling it).
+
+    `history` is the width of the token history the penalties read (max_model_len)."""
     tokens = np.zeros(num_tokens, np.int32)
-    seqs = np.zeros(num_seqs, np.int32)
     return BatchInputs(
         token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
         slot_mapping=tokens.copy(), context_lens=tokens.copy(),
         block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
-        logits_indices=seqs, temperature=np.zeros(num_seqs, np.float32),
-        seeds=np.zeros(num_seqs, np.uint32), sample_positions=seqs.copy(),
+        logits_indices=np.zeros(num_seqs, np.int32),
+        sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
     )

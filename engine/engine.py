@@ -14,8 +14,9 @@ from collections.abc import Callable
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.request import Request, RequestOutput
-from engine.runner import ModelRunner, RowPlan
+from engine.request import Request, RequestOutput, TokenLogprob
+from engine.runner import ModelRunner, RowPlan, StepOutput
+from engine.sampling_inputs import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
@@ -38,6 +39,7 @@ class Engine:
         self._detokenizers: dict[str, IncrementalDetokenizer] = {}
         self._sequences: dict[str, Sequence] = {}
         self._seeds = random.Random(config.seed)
+        self._mirostat_mu: dict[str, float] = {}  # each running request's Mirostat state
 
     @classmethod
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
@@ -88,10 +90,26 @@ class Engine:
         output = self.scheduler.schedule()
         if output.is_empty:
             return []
-        tokens = self.runner.execute(self.plan(output))
-        sampled = [int(token) for token, item in zip(tokens, output.scheduled) if item.needs_sample]
+        step = self.runner.execute(self.plan(output))
+        logprobs: dict[str, TokenLogprob] = {}
+        sampled = []
+        for index, item in enumerate(output.scheduled):
+            if item.needs_sample:
+                sampled.append(int(step.tokens[index]))
+                self._record_sample(item.seq, step, index, logprobs)
         grown = self.scheduler.update(output, sampled)
-        return [self._output_for(seq) for seq in grown]
+        return [self._output_for(seq, logprobs.get(seq.request_id)) for seq in grown]
+
+    def _record_sample(self, seq: Sequence, step: StepOutput, index: int, logprobs: dict) -> None:
+        """Keep the row's Mirostat state, and its logprobs when the request asked for them."""
+        self._mirostat_mu[seq.request_id] = float(step.mirostat_mu[index])
+        num_top = seq.sampling.logprobs
+        if num_top is not None:
+            lp = step.logprobs
+            top = tuple((int(t), float(v)) for t, v in zip(lp.top_ids[index][:num_top], lp.top_logprobs[index][:num_top]))
+            logprobs[seq.request_id] = TokenLogprob(
+                token_id=int(step.tokens[index]), logprob=float(lp.logprob[index]),
+                sampling_logprob=float(lp.sampling_logprob[index]), rank=int(lp.rank[index]), top=top)
 
     def plan(self, output: SchedulerOutput) -> list[RowPlan]:
         return [
@@ -100,21 +118,28 @@ class Engine:
                 start=item.start,
                 block_table=item.seq.block_table,
                 sample=item.needs_sample,
-                temperature=item.seq.sampling.temperature,
-                seed=item.seq.seed,
+                sampling=self._row_sampling(item.seq) if item.needs_sample else None,
             )
             for item in output.scheduled
         ]
 
-    def _output_for(self, seq: Sequence) -> RequestOutput:
+    def _row_sampling(self, seq: Sequence) -> RowSampling:
+        return RowSampling(
+            params=seq.sampling, seed=seq.seed, token_ids=seq.token_ids,
+            num_prompt_tokens=seq.num_prompt_tokens, stop_token_ids=self._stop_token_ids(seq),
+            mirostat_mu=self._mirostat_mu.get(seq.request_id, 2.0 * seq.sampling.mirostat_target),
+        )
+
+    def _output_for(self, seq: Sequence, logprob: TokenLogprob | None) -> RequestOutput:
         token = seq.token_ids[-1]
         reason = self._stop_reason(seq, token)
         ends_text = reason == "stop" and token in self._stop_token_ids(seq)
         text = "" if ends_text else self._detokenizers[seq.request_id].push([token])
+        logprobs = [logprob] if logprob is not None else None
         if reason is None:
-            return self._make_output(seq, [token], text, None)
+            return self._make_output(seq, [token], text, None, logprobs)
         self.scheduler.finish(seq, reason)
-        return self._finish_output(seq, [token], text)
+        return self._finish_output(seq, [token], text, logprobs)
 
     def _stop_token_ids(self, seq: Sequence) -> frozenset[int]:
         ids = frozenset(seq.sampling.stop_token_ids)
@@ -127,16 +152,19 @@ class Engine:
             return "length"
         return None
 
-    def _finish_output(self, seq: Sequence, tokens: list[int], text: str = "") -> RequestOutput:
+    def _finish_output(self, seq: Sequence, tokens: list[int], text: str = "",
+                       logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
         text += self._detokenizers.pop(seq.request_id).flush()
         self._sequences.pop(seq.request_id, None)
-        return self._make_output(seq, tokens, text, seq.finish_reason)
+        self._mirostat_mu.pop(seq.request_id, None)
+        return self._make_output(seq, tokens, text, seq.finish_reason, logprobs)
 
-    def _make_output(self, seq: Sequence, tokens: list[int], text: str, reason: str | None) -> RequestOutput:
+    def _make_output(self, seq: Sequence, tokens: list[int], text: str, reason: str | None,
+                     logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
-            num_output_tokens=seq.num_output_tokens, seed=seq.seed,
+            num_output_tokens=seq.num_output_tokens, seed=seq.seed, logprobs=logprobs,
         )
 
     def generate(self, requests: list[Request]) -> dict[str, list[int]]:

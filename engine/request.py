@@ -7,13 +7,38 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request generation settings. Issue 3 extends this with the full sampler."""
+    """Per-request generation settings; each becomes one row of the fused sampling step."""
 
     temperature: float = 1.0  # 0 means greedy
     seed: int | None = None  # None: the engine picks one and reports it
     max_tokens: int = 16  # most tokens to generate
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()  # end generation besides the model's EOS tokens
+    # Distribution shaping (off at these defaults).
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0  # relative to the top token's probability
+    typical_p: float = 1.0
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0
+    # Penalties: frequency and presence over generated tokens (OpenAI), repetition over
+    # prompt and generated tokens (HF / Keskar).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    # Biases and bans.
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in -100..100)
+    bad_word_tokens: tuple[tuple[int, ...], ...] = ()  # phrases whose last token is banned after the rest
+    no_repeat_ngram_size: int = 0
+    # Length floors: EOS and stop tokens are banned until reached.
+    min_tokens: int = 0
+    min_total_tokens: int = 0
+    # Mirostat v2 (off when the target is 0).
+    mirostat_target: float = 0.0
+    mirostat_lr: float = 0.1
+    # Friendli's forced_output_tokens: the first outputs, whatever the model says.
+    forced_output_tokens: tuple[int, ...] = ()
+    logprobs: int | None = None  # top alternatives per sampled token (0-20); None: no logprobs
 
 
 @dataclass
@@ -21,6 +46,19 @@ class Request:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log probabilities: under the model, and under the processed
+    sampling distribution (Fireworks' logprob and sampling_logprob), with its rank and the
+    most likely alternatives under the model (as many as the request asked for)."""
+
+    token_id: int
+    logprob: float
+    sampling_logprob: float
+    rank: int
+    top: tuple[tuple[int, float], ...]
 
 
 @dataclass
@@ -35,6 +73,7 @@ class RequestOutput:
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_output_tokens: int  # all generated so far
     seed: int = 0  # the seed actually used
+    logprobs: list[TokenLogprob] | None = None  # one per new token, when the request asked
 
     @property
     def finished(self) -> bool:

@@ -19,20 +19,30 @@ from engine.batch import BatchInputs, empty_batch
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
+from engine.logprobs import TokenLogprobs
 from engine.sampling import sample
+from engine.sampling_inputs import RowSampling, fill_row
 from engine.sharding import make_mesh, param_shardings, replicated
 
 
 @dataclass
 class RowPlan:
-    """One sequence's share of a step: tokens to compute from `start`, and whether to sample."""
+    """One sequence's share of a step: tokens to compute from `start`, and how to sample."""
 
     token_ids: list[int]
     start: int  # position of token_ids[0] (= tokens of this sequence already in the cache)
     block_table: list[int]
     sample: bool
-    temperature: float = 0.0
-    seed: int = 0
+    sampling: RowSampling | None = None  # None: greedy with no processing
+
+
+@dataclass
+class StepOutput:
+    """Host copies of a step's results, one row per RowPlan."""
+
+    tokens: np.ndarray  # [rows] int32, -1 where nothing was sampled
+    logprobs: TokenLogprobs  # NumPy arrays [rows, ...]
+    mirostat_mu: np.ndarray  # [rows] float32
 
 
 class ModelRunner:
@@ -54,7 +64,7 @@ class ModelRunner:
     def _forward_and_sample(self, state, kv_cache, batch: BatchInputs):
         model = nnx.merge(self.graphdef, state)
         logits, kv_cache = model(kv_cache, batch)
-        return sample(logits, batch), kv_cache
+        return sample(logits, batch.sampling), kv_cache
 
     def warmup(self, report: Callable[[str], None] | None = None) -> float:
         """Compile every token bucket now; returns the seconds it took."""
@@ -69,22 +79,27 @@ class ModelRunner:
 
     def _compile(self, bucket: int) -> Callable:
         if bucket not in self._compiled:
-            template = empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq)
+            template = self._empty_batch(bucket)
             sharding = replicated(self.mesh)
             shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), template)
             self._compiled[bucket] = self._step.lower(self.state, self.kv_cache, shapes).compile()
         return self._compiled[bucket]
 
-    def execute(self, rows: list[RowPlan]) -> np.ndarray:
-        """Run one step; returns the sampled token of each row (-1 where none was sampled)."""
+    def _empty_batch(self, bucket: int) -> BatchInputs:
+        return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
+                           self.model_config.vocab_size, self.config.max_model_len)
+
+    def execute(self, rows: list[RowPlan]) -> StepOutput:
+        """Run one step: each row's sampled token (-1 where none was sampled), logprobs, state."""
         batch = self.pack(rows)
         compiled = self._compiled.get(batch.num_tokens)
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
-        tokens, self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
-        tokens = np.asarray(tokens)[: len(rows)]
-        return np.where([row.sample for row in rows], tokens, -1)
+        result, self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
+        result = jax.tree_util.tree_map(lambda a: np.asarray(a)[: len(rows)], jax.device_get(result))
+        tokens = np.where([row.sample for row in rows], result.tokens, -1)
+        return StepOutput(tokens=tokens, logprobs=result.logprobs, mirostat_mu=result.mirostat_mu)
 
     def pack(self, rows: list[RowPlan]) -> BatchInputs:
         """Host arrays for `rows`, padded up to the smallest bucket that holds them."""
@@ -92,7 +107,7 @@ class ModelRunner:
         bucket = self.config.token_bucket(num_tokens)
         if len(rows) > self.config.seq_bucket(bucket):
             raise ValueError(f"{len(rows)} sequences exceed the {bucket}-token bucket's rows")
-        batch = empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq)
+        batch = self._empty_batch(bucket)
         cursor = 0
         for index, row in enumerate(rows):
             self._pack_row(batch, index, row, cursor)
@@ -111,9 +126,9 @@ class ModelRunner:
         batch.context_lens[span] = row.start
         batch.block_tables[index, : len(table)] = table
         batch.logits_indices[index] = span.stop - 1
-        batch.temperature[index] = row.temperature
-        batch.seeds[index] = row.seed
-        batch.sample_positions[index] = span.stop - cursor + row.start
+        if row.sampling is not None:
+            position = row.start + len(row.token_ids)  # of the token being sampled
+            fill_row(batch.sampling, index, row.sampling, position, self.model_config.vocab_size)
 
     def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
         """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.

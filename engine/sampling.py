@@ -1,39 +1,156 @@
-"""The sample step, fused into the same jit as the forward pass.
+"""The fused sampling step: logits [rows, vocab] to next tokens, one row of parameters each.
 
-Greedy and temperature sampling, per row, with no Python branching on request values.
+It runs inside the same jit as the forward pass. Every request value is a per-row array
+and every choice a jnp.where or a lax.cond on "does any row use this", so a batch that
+uses nothing beyond temperature costs about what greedy does. The order of operations:
+
+    raw logits -> penalties -> logit bias -> allowed-token mask (bans, constraints, forcing)
+      -> greedy pick (temperature 0)  |  / temperature -> top-k, top-p, min-p, typical, XTC
+      -> Mirostat (rows that use it) -> one inverse-CDF draw per row
+      -> logprobs of the pick under the model and under the processed distribution
+
 Randomness comes from (seed, position) alone, so a seeded request draws the same tokens
-whatever else shares its batch. The full sampler (top-k/p, penalties, logprobs...) extends
-this module.
+whatever else is in its batch, and the n choices of one request differ by their seeds.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from engine.batch import BatchInputs
+from engine.logits_processing import apply_allowed, apply_logit_bias, apply_penalties, count_tokens
+from engine.logprobs import TokenLogprobs, token_logprobs
+from engine.mirostat import mirostat_step
+from engine.truncation import apply_truncation
+
+MAX_LOGIT_BIAS = 300  # entries of logit_bias per request, as OpenAI allows
+NUM_TOP_LOGPROBS = 20  # alternatives computed per sampled token when any row asks
 
 
-def row_keys(seeds, positions):
-    """One PRNG key per row, a function of that row's seed and sampling position only."""
-    return jax.vmap(lambda seed, position: jax.random.fold_in(jax.random.key(seed), position))(seeds, positions)
+@jax.tree_util.register_dataclass
+@dataclass
+class SamplingArrays:
+    """One row per sequence of the batch; built on the host by engine/sampling_inputs.py."""
+
+    temperature: jax.Array  # [rows] f32, 0 = greedy
+    top_k: jax.Array  # [rows] i32, 0 = off
+    top_p: jax.Array  # [rows] f32, 1 = off
+    min_p: jax.Array  # [rows] f32, 0 = off
+    typical_p: jax.Array  # [rows] f32, 1 = off
+    xtc_threshold: jax.Array  # [rows] f32
+    xtc_probability: jax.Array  # [rows] f32, 0 = off
+    frequency_penalty: jax.Array  # [rows] f32
+    presence_penalty: jax.Array  # [rows] f32
+    repetition_penalty: jax.Array  # [rows] f32, 1 = off
+    bias_ids: jax.Array  # [rows, MAX_LOGIT_BIAS] i32, -1 = padding
+    bias_values: jax.Array  # [rows, MAX_LOGIT_BIAS] f32
+    allowed_words: jax.Array  # [rows, ceil(vocab / 32)] i32 packed bits, -1 = all allowed
+    history_ids: jax.Array  # [rows, history] i32 prompt then output ids, -1 = padding
+    num_prompt_tokens: jax.Array  # [rows] i32, where the outputs start in history_ids
+    mirostat_target: jax.Array  # [rows] f32 (bits), 0 = off
+    mirostat_lr: jax.Array  # [rows] f32
+    mirostat_mu: jax.Array  # [rows] f32, the state carried from the previous step
+    seeds: jax.Array  # [rows] u32
+    positions: jax.Array  # [rows] i32, position of the token being sampled
+    want_logprobs: jax.Array  # [rows] bool
 
 
-def sample(logits, batch: BatchInputs):
-    """Next token per row [seqs] from float32 logits [seqs, vocab]: greedy where temperature is 0.
+@jax.tree_util.register_dataclass
+@dataclass
+class SampleResult:
+    tokens: jax.Array  # [rows] i32
+    logprobs: TokenLogprobs
+    mirostat_mu: jax.Array  # [rows] f32, the state for the next step
 
-    Temperature sampling inverts the cumulative distribution at one uniform draw per row:
-    exact, and it needs one random number per row rather than one per vocabulary entry
-    (Gumbel noise over 49,152 entries cost ~100 ms a step at 64 rows on the CPU)."""
-    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+def empty_sampling_arrays(num_rows: int, vocab_size: int, history: int) -> SamplingArrays:
+    """Neutral host arrays: greedy, nothing shaped, penalised, biased or banned."""
+    def full(value, dtype, *shape):
+        return np.full((num_rows, *shape), value, dtype)
+
+    return SamplingArrays(
+        temperature=full(0, np.float32), top_k=full(0, np.int32), top_p=full(1, np.float32),
+        min_p=full(0, np.float32), typical_p=full(1, np.float32), xtc_threshold=full(0.1, np.float32),
+        xtc_probability=full(0, np.float32), frequency_penalty=full(0, np.float32),
+        presence_penalty=full(0, np.float32), repetition_penalty=full(1, np.float32),
+        bias_ids=full(-1, np.int32, MAX_LOGIT_BIAS), bias_values=full(0, np.float32, MAX_LOGIT_BIAS),
+        allowed_words=full(-1, np.int32, -(-vocab_size // 32)), history_ids=full(-1, np.int32, history),
+        num_prompt_tokens=full(0, np.int32), mirostat_target=full(0, np.float32),
+        mirostat_lr=full(0, np.float32), mirostat_mu=full(0, np.float32),
+        seeds=full(0, np.uint32), positions=full(0, np.int32), want_logprobs=full(False, np.bool_),
+    )
+
+
+def row_uniforms(seeds, positions, num: int):
+    """`num` uniform draws per row [rows, num], a function of that row's seed and position only."""
+    def draws(seed, position):
+        return jax.random.uniform(jax.random.fold_in(jax.random.key(seed), position), (num,), jnp.float32)
+
+    return jax.vmap(draws)(seeds, positions)
+
+
+def penalised(logits, arrays: SamplingArrays):
+    """Logits after penalties, logit bias and the allowed-token mask."""
+    vocab = logits.shape[-1]
+
+    def with_penalties(logits):
+        history = arrays.history_ids
+        is_output = jnp.arange(history.shape[1])[None, :] >= arrays.num_prompt_tokens[:, None]
+        output_counts = count_tokens(jnp.where(is_output, history, -1), vocab)
+        present = count_tokens(history, vocab) > 0
+        return apply_penalties(logits, output_counts, present, arrays.frequency_penalty,
+                               arrays.presence_penalty, arrays.repetition_penalty)
+
+    uses_penalties = jnp.any((arrays.frequency_penalty != 0) | (arrays.presence_penalty != 0)
+                             | (arrays.repetition_penalty != 1))
+    logits = jax.lax.cond(uses_penalties, with_penalties, lambda x: x, logits)
+    logits = apply_logit_bias(logits, arrays.bias_ids, arrays.bias_values)
+    return apply_allowed(logits, arrays.allowed_words)
+
+
+def inverse_cdf_draw(logits, uniform):
+    """One token per row from softmax(logits), at a uniform draw per row."""
+    cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
+    picked = jnp.sum(cdf < (uniform * cdf[:, -1])[:, None], axis=-1)
+    return jnp.minimum(picked, logits.shape[-1] - 1).astype(jnp.int32)
+
+
+def sample(logits, arrays: SamplingArrays) -> SampleResult:
+    """Next tokens for float32 logits [rows, vocab], with their logprobs and Mirostat state."""
+    processed = penalised(logits, arrays)
+    greedy = jnp.argmax(processed, axis=-1).astype(jnp.int32)
+    stochastic = arrays.temperature > 0
 
     def with_temperature():
-        temperature = jnp.maximum(batch.temperature, 1e-6)[:, None]
-        cdf = jnp.cumsum(jax.nn.softmax(logits / temperature, axis=-1), axis=-1)
-        keys = row_keys(batch.seeds, batch.sample_positions)
-        draws = jax.vmap(lambda key: jax.random.uniform(key, (), jnp.float32))(keys) * cdf[:, -1]
-        sampled = jnp.minimum(jnp.sum(cdf < draws[:, None], axis=-1), logits.shape[-1] - 1)
-        return jnp.where(batch.temperature > 0, sampled, greedy).astype(jnp.int32)
+        uniforms = row_uniforms(arrays.seeds, arrays.positions, 2)  # [draw, XTC coin]
+        scaled = processed / jnp.maximum(arrays.temperature, 1e-6)[:, None]
+        shaped = apply_truncation(scaled, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
+                                  arrays.xtc_threshold, arrays.xtc_probability, uniforms[:, 1])
+        miro_tokens, mu, shaped = mirostat_step(shaped, arrays.mirostat_target, arrays.mirostat_lr,
+                                                arrays.mirostat_mu, uniforms[:, 0])
+        drawn = inverse_cdf_draw(shaped, uniforms[:, 0])
+        tokens = jnp.where(arrays.mirostat_target > 0, miro_tokens, drawn)
+        return jnp.where(stochastic, tokens, greedy), jnp.where(stochastic, mu, arrays.mirostat_mu), \
+            jnp.where(stochastic[:, None], shaped, processed)
 
-    # An all-greedy batch skips the distribution work: rows pay only for what they use.
-    return jax.lax.cond(jnp.any(batch.temperature > 0), with_temperature, lambda: greedy)
+    tokens, mu, distribution = jax.lax.cond(
+        jnp.any(stochastic), with_temperature, lambda: (greedy, arrays.mirostat_mu, processed))
+    num_top = min(NUM_TOP_LOGPROBS, logits.shape[-1])
+    logprobs = jax.lax.cond(
+        jnp.any(arrays.want_logprobs),
+        lambda: token_logprobs(logits, distribution, tokens, num_top),
+        lambda: empty_logprobs(tokens.shape[0], num_top))
+    return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu)
+
+
+def empty_logprobs(num_rows: int, num_top: int) -> TokenLogprobs:
+    """What a batch in which no row asked for logprobs returns instead of computing them."""
+    zeros = jnp.zeros(num_rows, jnp.float32)
+    return TokenLogprobs(
+        logprob=zeros, sampling_logprob=zeros, rank=jnp.zeros(num_rows, jnp.int32),
+        top_ids=jnp.zeros((num_rows, num_top), jnp.int32),
+        top_logprobs=jnp.zeros((num_rows, num_top), jnp.float32),
+    )

@@ -6,24 +6,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.batch import empty_batch
-from engine.sampling import sample
+from engine.sampling import empty_sampling_arrays, sample
 
 LOGITS = np.array([2.0, 1.0, 0.0, -1.0, 3.0], dtype=np.float32)
 
 
-def batch_for(num_rows, temperature, seeds, positions):
-    batch = empty_batch(num_rows, num_rows, 1)
-    batch.temperature[:] = temperature
-    batch.seeds[:] = seeds
-    batch.sample_positions[:] = positions
-    return batch
+def batch_for(num_rows, temperature, seeds, positions, vocab=len(LOGITS)):
+    arrays = empty_sampling_arrays(num_rows, vocab, history=4)
+    arrays.temperature[:] = temperature
+    arrays.seeds[:] = seeds
+    arrays.positions[:] = positions
+    return arrays
+
+
+def draw(logits, arrays):
+    return np.asarray(jax.jit(sample)(jnp.asarray(logits), arrays).tokens)
 
 
 def test_temperature_zero_is_argmax():
     logits = np.random.default_rng(0).standard_normal((8, 50)).astype(np.float32)
-    batch = batch_for(8, 0.0, np.arange(8), np.arange(8))
-    assert np.array_equal(np.asarray(jax.jit(sample)(logits, batch)), logits.argmax(-1))
+    batch = batch_for(8, 0.0, np.arange(8), np.arange(8), vocab=50)
+    assert np.array_equal(draw(logits, batch), logits.argmax(-1))
 
 
 def test_temperature_sampling_follows_the_softmax():
@@ -31,7 +34,7 @@ def test_temperature_sampling_follows_the_softmax():
     logits = np.tile(LOGITS, (num_draws, 1))
     rng = np.random.default_rng(1)
     batch = batch_for(num_draws, temperature, rng.integers(0, 2**31, num_draws), rng.integers(0, 4096, num_draws))
-    tokens = np.asarray(jax.jit(sample)(logits, batch))
+    tokens = draw(logits, batch)
     expected = np.exp(LOGITS / temperature) / np.exp(LOGITS / temperature).sum()
     observed = np.bincount(tokens, minlength=len(LOGITS)) / num_draws
     # Five standard errors of a binomial proportion: fails by chance about once in a million.
@@ -41,15 +44,15 @@ def test_temperature_sampling_follows_the_softmax():
 def test_a_row_draws_the_same_token_whatever_shares_its_batch():
     rng = np.random.default_rng(2)
     logits = rng.standard_normal((16, 300)).astype(np.float32)
-    batch = batch_for(16, 1.0, rng.integers(0, 2**31, 16), rng.integers(0, 500, 16))
-    together = np.asarray(jax.jit(sample)(logits, batch))
+    batch = batch_for(16, 1.0, rng.integers(0, 2**31, 16), rng.integers(0, 500, 16), vocab=300)
+    together = draw(logits, batch)
     for row in (0, 7, 15):
-        alone = batch_for(1, 1.0, batch.seeds[row], batch.sample_positions[row])
-        assert int(jax.jit(sample)(logits[row:row + 1], alone)[0]) == together[row]
+        alone = batch_for(1, 1.0, batch.seeds[row], batch.positions[row], vocab=300)
+        assert draw(logits[row:row + 1], alone)[0] == together[row]
 
 
 def test_greedy_and_sampled_rows_mix():
     logits = np.tile(LOGITS, (4, 1))
     batch = batch_for(4, [0.0, 5.0, 0.0, 5.0], [1, 2, 3, 4], [0, 0, 0, 0])
-    tokens = np.asarray(jax.jit(sample)(jnp.asarray(logits), batch))
+    tokens = draw(logits, batch)
     assert tokens[0] == tokens[2] == 4

@@ -1,0 +1,94 @@
+"""Log probabilities for the fused sampler and for prompt scoring, per row, under jit.
+
+Two distributions matter for a sampled token (the Fireworks fields):
+- `logprob`: under the model's raw logits, before any request processing. This is also
+  the distribution `top_logprobs` ranks (OpenAI semantics) and the one `rank` counts in.
+- `sampling_logprob`: under the processed distribution the token was actually drawn from
+  (after penalties, temperature, truncation); masked entries are -inf there.
+
+All log probabilities are natural logs, computed in float32. `num_top` is static: it is
+the top-logprobs bucket (up to 20), and rows that asked for fewer are sliced on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class TokenLogprobs:
+    """Log probabilities of the sampled token of each row."""
+
+    logprob: jax.Array  # [rows] float32, under the model's raw logits
+    sampling_logprob: jax.Array  # [rows] float32, under the processed distribution; -inf if masked
+    rank: jax.Array  # [rows] int32, 1 = most likely under the model distribution
+    top_ids: jax.Array  # [rows, num_top] int32, most likely first
+    top_logprobs: jax.Array  # [rows, num_top] float32, matching top_ids
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class PromptLogprobs:
+    """Log probabilities of each prompt token given its prefix (echo, lm-eval loglikelihood)."""
+
+    logprob: jax.Array  # [tokens] float32, log p(next token | prefix)
+    is_greedy: jax.Array  # [tokens] bool, the next token is the argmax (lm-eval's is_greedy)
+    rank: jax.Array  # [tokens] int32, 1 = most likely
+    top_ids: jax.Array  # [tokens, num_top] int32, most likely first
+    top_logprobs: jax.Array  # [tokens, num_top] float32, matching top_ids
+
+
+def log_softmax(logits):
+    """Float32 log softmax over the last axis that tolerates -inf entries.
+
+    Masked (-inf) entries stay -inf; a fully masked row gives all -inf rather than NaN
+    (jax.nn.log_softmax computes -inf - -inf there)."""
+    logits = logits.astype(jnp.float32)
+    peak = jnp.max(logits, axis=-1, keepdims=True)
+    shifted = logits - jnp.where(jnp.isfinite(peak), peak, 0.0)
+    log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+    return jnp.where(jnp.isneginf(log_total), -jnp.inf, shifted - log_total)
+
+
+def _take(values, ids):
+    """values[row, ids[row]] for each row."""
+    return jnp.take_along_axis(values, ids[:, None].astype(jnp.int32), axis=-1)[:, 0]
+
+
+def _model_logprobs(logits, token_ids, num_top: int):
+    """(logprob, rank, top_ids, top_logprobs) of token_ids under the model distribution."""
+    logprobs = log_softmax(logits)  # [rows, vocab]
+    chosen = _take(logprobs, token_ids)
+    # Counting strictly greater entries makes ties share the better rank.
+    rank = jnp.sum(logprobs > chosen[:, None], axis=-1).astype(jnp.int32) + 1
+    top_logprobs, top_ids = jax.lax.top_k(logprobs, num_top)
+    return chosen, rank, top_ids.astype(jnp.int32), top_logprobs
+
+
+def token_logprobs(model_logits, sampling_logits, tokens, num_top: int) -> TokenLogprobs:
+    """Log probabilities of the sampled `tokens` [rows].
+
+    model_logits [rows, vocab]: the model's raw logits. sampling_logits [rows, vocab]: the
+    processed logits the token was drawn from (-inf where masked). num_top: static count of
+    top alternatives under the model distribution, in descending order."""
+    logprob, rank, top_ids, top_logprobs = _model_logprobs(model_logits, tokens, num_top)
+    sampling_logprob = _take(log_softmax(sampling_logits), tokens)
+    return TokenLogprobs(logprob=logprob, sampling_logprob=sampling_logprob, rank=rank,
+                         top_ids=top_ids, top_logprobs=top_logprobs)
+
+
+def prompt_logprobs(logits, next_token_ids, num_top: int) -> PromptLogprobs:
+    """Log probability of each prompt token given what precedes it.
+
+    logits [tokens, vocab]: the model's logits at each prompt position. next_token_ids
+    [tokens]: the token that actually follows each position. num_top: static count of top
+    alternatives, in descending order. The caller drops padding positions."""
+    logprob, rank, top_ids, top_logprobs = _model_logprobs(logits, next_token_ids, num_top)
+    # lm-eval compares with the argmax (first index on ties), so do the same.
+    is_greedy = jnp.argmax(logits, axis=-1) == next_token_ids
+    return PromptLogprobs(logprob=logprob, is_greedy=is_greedy, rank=rank,
+                          top_ids=top_ids, top_logprobs=top_logprobs)

@@ -1,0 +1,72 @@
+"""Host side of the sampling step: one SamplingParams (plus the sequence's state) per row.
+
+Everything that depends only on token ids the host already knows (bad words, repeated
+n-grams, EOS before min_tokens, forced tokens) becomes bits cleared in the row's packed
+allowed-token mask, the same hook structured outputs use, so the device sees one mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.request import SamplingParams
+from engine.sampling import MAX_LOGIT_BIAS, SamplingArrays
+from engine.sampling_host import bad_word_bans, force_token, no_repeat_ngram_bans, num_words, stop_bans
+
+
+@dataclass
+class RowSampling:
+    """What one row of the sampling step needs from its sequence."""
+
+    params: SamplingParams
+    seed: int
+    token_ids: list[int]  # prompt then outputs so far
+    num_prompt_tokens: int
+    stop_token_ids: frozenset[int]  # EOS and stop tokens (banned until the length floors)
+    mirostat_mu: float = 0.0
+
+
+def allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
+    """The row's packed mask, or None when it allows every token."""
+    params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
+    if len(outputs) < len(params.forced_output_tokens):
+        return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
+    banned = stop_bans(len(outputs), params.min_tokens, len(row.token_ids),
+                       params.min_total_tokens or None, row.stop_token_ids)
+    if params.bad_word_tokens:
+        banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
+    if params.no_repeat_ngram_size:
+        banned |= no_repeat_ngram_bans(row.token_ids, params.no_repeat_ngram_size)
+    return clear_bits(banned, vocab_size) if banned else None
+
+
+def clear_bits(banned: set[int], vocab_size: int) -> list[int]:
+    words = [-1] * num_words(vocab_size)
+    for token in banned:
+        if 0 <= token < vocab_size:
+            words[token // 32] &= ~(1 << (token % 32))
+    # Back to signed 32-bit values, as int32 arrays hold them.
+    return [w - (1 << 32) if w >= 1 << 31 else w for w in (w & 0xFFFFFFFF for w in words)]
+
+
+def fill_row(arrays: SamplingArrays, index: int, row: RowSampling, position: int, vocab_size: int) -> None:
+    """Write `row` into row `index` of host arrays made by empty_sampling_arrays."""
+    p = row.params
+    for name in ("temperature", "top_k", "top_p", "min_p", "typical_p", "xtc_threshold", "xtc_probability",
+                 "frequency_penalty", "presence_penalty", "repetition_penalty", "mirostat_target", "mirostat_lr"):
+        getattr(arrays, name)[index] = getattr(p, name)
+    arrays.mirostat_mu[index] = row.mirostat_mu
+    arrays.seeds[index] = row.seed
+    arrays.positions[index] = position
+    arrays.want_logprobs[index] = p.logprobs is not None
+    if p.logit_bias:
+        ids, values = zip(*p.logit_bias[:MAX_LOGIT_BIAS])
+        arrays.bias_ids[index, : len(ids)] = ids
+        arrays.bias_values[index, : len(values)] = values
+    if p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1:
+        history = row.token_ids[-arrays.history_ids.shape[1]:]
+        arrays.history_ids[index, : len(history)] = history
+        arrays.num_prompt_tokens[index] = row.num_prompt_tokens - (len(row.token_ids) - len(history))
+    words = allowed_words(row, vocab_size)
+    if words is not None:
+        arrays.allowed_words[index] = words
