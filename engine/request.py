@@ -41,6 +41,25 @@ class SamplingParams:
     logprobs: int | None = None  # top alternatives per sampled token (0-20); None: no logprobs
 
 
+SEED_MODULUS = 2**31 - 1
+
+
+def choice_seeds(seed: int | list[int] | None, n: int, draw) -> list[int]:
+    """One seed per choice of an n-choice request.
+
+    A list (Friendli) gives each choice its own seed and must have n entries. A single seed
+    gives choice i the seed derived from (seed, i): distinct and reproducible streams, the
+    first equal to a one-choice request's. None draws each choice's seed with `draw()`.
+    """
+    if isinstance(seed, list):
+        if len(seed) != n:
+            raise ValueError(f"seed lists one seed per choice: expected {n}, got {len(seed)}")
+        return list(seed)
+    if seed is None:
+        return [draw() for _ in range(n)]
+    return [seed] + [hash((seed, i)) % SEED_MODULUS for i in range(1, n)]
+
+
 @dataclass
 class Request:
     request_id: str

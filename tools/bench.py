@@ -6,6 +6,8 @@
                                        aggregate throughput at several concurrencies, time
                                        to first token, and llama.cpp on the same GGUF when
                                        llama-cpp-python is installed (the `bench` extra)
+    python tools/bench.py sampler      the fused sampling step with every feature on, and
+                                       with temperature only, against greedy (64 rows)
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -106,6 +108,12 @@ def engine_benchmarks(args: argparse.Namespace) -> None:
     run_engine_benchmarks(args)
 
 
+def sampler_benchmarks(args: argparse.Namespace) -> None:
+    from bench_sampler import run_sampler_benchmark
+
+    run_sampler_benchmark(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
@@ -117,10 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--output-tokens", type=int, default=128)
     engine.add_argument("--ttft-prompt-tokens", type=int, default=1000)
     engine.add_argument("--dtype", default="float32", help="compute dtype (bfloat16 on GPUs)")
+    sampler = commands.add_parser("sampler", help="the full sampling step against greedy")
+    sampler.add_argument("--rows", type=int, default=64)
+    sampler.add_argument("--vocab", type=int, default=49152)
+    sampler.add_argument("--history", type=int, default=2048)
+    sampler.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
-    {"roofline": roofline, "engine": engine_benchmarks}[args.command](args)
+    {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks}[args.command](args)
     return 0
 
 
