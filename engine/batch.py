@@ -23,6 +23,7 @@ class BatchInputs:
     token_rows: jax.Array  # [tokens] int32, the row (sequence) of each token; -1 for padding
     slot_mapping: jax.Array  # [tokens] int32, cache slot (page * page_size + offset) to write
     context_lens: jax.Array  # [tokens] int32, tokens of its sequence already in the cache
+    next_token_ids: jax.Array  # [tokens] int32, the prompt token that follows; -1: no prompt logprob wanted
     block_tables: jax.Array  # [seqs, pages_per_seq] int32, 0 (the null page) past the end
     logits_indices: jax.Array  # [seqs] int32, the token whose logits each row samples from
     sampling: SamplingArrays  # one row of sampling parameters per sequence
@@ -40,7 +41,7 @@ def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: 
     tokens = np.zeros(num_tokens, np.int32)
     return BatchInputs(
         token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
-        slot_mapping=tokens.copy(), context_lens=tokens.copy(),
+        slot_mapping=tokens.copy(), context_lens=tokens.copy(), next_token_ids=np.full(num_tokens, -1, np.int32),
         block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
         logits_indices=np.zeros(num_seqs, np.int32),
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),

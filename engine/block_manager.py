@@ -89,7 +89,8 @@ class BlockManager:
         """
         assert not seq.block_table, f"{seq.request_id} already holds pages"
         seq.num_computed_tokens = 0
-        if not self.enable_prefix_caching:
+        # Prompt logprobs need the logits of every prompt token, so nothing may be skipped.
+        if not self.enable_prefix_caching or seq.sampling.prompt_logprobs is not None:
             return 0
         parent_hash = NO_PARENT
         for index in range((seq.num_tokens - 1) // self.page_size):

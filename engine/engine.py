@@ -14,7 +14,7 @@ from collections.abc import Callable
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.request import Request, RequestOutput, TokenLogprob
+from engine.request import PromptTokenLogprob, Request, RequestOutput, TokenLogprob
 from engine.runner import ModelRunner, RowPlan, StepOutput
 from engine.sampling_inputs import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
@@ -40,6 +40,7 @@ class Engine:
         self._sequences: dict[str, Sequence] = {}
         self._seeds = random.Random(config.seed)
         self._mirostat_mu: dict[str, float] = {}  # each running request's Mirostat state
+        self._prompt_logprobs: dict[str, dict[int, PromptTokenLogprob]] = {}  # by position, until first output
 
     @classmethod
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
@@ -94,6 +95,8 @@ class Engine:
         logprobs: dict[str, TokenLogprob] = {}
         sampled = []
         for index, item in enumerate(output.scheduled):
+            if step.prompt_logprobs[index] is not None:
+                self._record_prompt_logprobs(item.seq, item.start, step.prompt_logprobs[index])
             if item.needs_sample:
                 sampled.append(int(step.tokens[index]))
                 self._record_sample(item.seq, step, index, logprobs)
@@ -119,9 +122,34 @@ class Engine:
                 block_table=item.seq.block_table,
                 sample=item.needs_sample,
                 sampling=self._row_sampling(item.seq) if item.needs_sample else None,
+                next_token_ids=self._next_prompt_ids(item.seq, item.start, item.num_new_tokens),
             )
             for item in output.scheduled
         ]
+
+    @staticmethod
+    def _next_prompt_ids(seq: Sequence, start: int, count: int) -> list[int] | None:
+        """For prompt logprobs: each token's following prompt token (-1 past the prompt)."""
+        if seq.sampling.prompt_logprobs is None or start >= seq.num_prompt_tokens - 1:
+            return None
+        follows = seq.token_ids[start + 1: min(start + count + 1, seq.num_prompt_tokens)]
+        return follows + [-1] * (count - len(follows))
+
+    def _record_prompt_logprobs(self, seq: Sequence, start: int, arrays) -> None:
+        """Keep a chunk's prompt logprobs by position (a recomputed chunk overwrites its own)."""
+        if seq.num_output_tokens:  # recomputed after a preemption: already reported
+            return
+        num_top = seq.sampling.prompt_logprobs
+        entries = self._prompt_logprobs.setdefault(seq.request_id, {})
+        for offset in range(len(arrays.logprob)):
+            position = start + offset + 1  # of the token whose probability this is
+            if position >= seq.num_prompt_tokens:
+                break
+            top = tuple((int(t), float(v)) for t, v in zip(arrays.top_ids[offset][:num_top],
+                                                           arrays.top_logprobs[offset][:num_top]))
+            entries[position] = PromptTokenLogprob(
+                token_id=seq.token_ids[position], logprob=float(arrays.logprob[offset]),
+                rank=int(arrays.rank[offset]), is_greedy=bool(arrays.is_greedy[offset]), top=top)
 
     def _row_sampling(self, seq: Sequence) -> RowSampling:
         return RowSampling(
@@ -161,10 +189,12 @@ class Engine:
 
     def _make_output(self, seq: Sequence, tokens: list[int], text: str, reason: str | None,
                      logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
+        prompt = self._prompt_logprobs.pop(seq.request_id, None)
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
             num_output_tokens=seq.num_output_tokens, seed=seq.seed, logprobs=logprobs,
+            prompt_logprobs=[prompt[p] for p in sorted(prompt)] if prompt is not None else None,
         )
 
     def generate(self, requests: list[Request]) -> dict[str, list[int]]:

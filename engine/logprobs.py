@@ -92,3 +92,13 @@ def prompt_logprobs(logits, next_token_ids, num_top: int) -> PromptLogprobs:
     is_greedy = jnp.argmax(logits, axis=-1) == next_token_ids
     return PromptLogprobs(logprob=logprob, is_greedy=is_greedy, rank=rank,
                           top_ids=top_ids, top_logprobs=top_logprobs)
+
+
+def empty_prompt_logprobs(num_tokens: int, num_top: int) -> PromptLogprobs:
+    """What a step in which no row asked for prompt logprobs returns instead of computing them."""
+    zeros = jnp.zeros(num_tokens, jnp.float32)
+    return PromptLogprobs(
+        logprob=zeros, is_greedy=jnp.zeros(num_tokens, bool), rank=jnp.zeros(num_tokens, jnp.int32),
+        top_ids=jnp.zeros((num_tokens, num_top), jnp.int32),
+        top_logprobs=jnp.zeros((num_tokens, num_top), jnp.float32),
+    )

@@ -39,6 +39,9 @@ class SamplingParams:
     # Friendli's forced_output_tokens: the first outputs, whatever the model says.
     forced_output_tokens: tuple[int, ...] = ()
     logprobs: int | None = None  # top alternatives per sampled token (0-20); None: no logprobs
+    # Logprobs of the prompt's tokens (echo, lm-eval's loglikelihood): top alternatives per
+    # token (0-20), None: none. Such a prompt is computed in full, not read from the prefix cache.
+    prompt_logprobs: int | None = None
 
 
 SEED_MODULUS = 2**31 - 1
@@ -80,6 +83,17 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...]
 
 
+@dataclass(frozen=True)
+class PromptTokenLogprob:
+    """A prompt token's log probability given the tokens before it."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    is_greedy: bool  # it is the model's most likely next token (lm-eval's is_greedy)
+    top: tuple[tuple[int, float], ...]
+
+
 @dataclass
 class RequestOutput:
     """One step's news for one request: the tokens it gained, and whether it finished."""
@@ -93,6 +107,9 @@ class RequestOutput:
     num_output_tokens: int  # all generated so far
     seed: int = 0  # the seed actually used
     logprobs: list[TokenLogprob] | None = None  # one per new token, when the request asked
+    # With the first output of a request that asked: one entry per prompt token after the
+    # first (whose probability has no context to condition on).
+    prompt_logprobs: list[PromptTokenLogprob] | None = None
 
     @property
     def finished(self) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -19,8 +20,8 @@ from engine.batch import BatchInputs, empty_batch
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
-from engine.logprobs import TokenLogprobs
-from engine.sampling import sample
+from engine.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
+from engine.sampling import NUM_TOP_LOGPROBS, sample
 from engine.sampling_inputs import RowSampling, fill_row
 from engine.sharding import make_mesh, param_shardings, replicated
 
@@ -34,6 +35,7 @@ class RowPlan:
     block_table: list[int]
     sample: bool
     sampling: RowSampling | None = None  # None: greedy with no processing
+    next_token_ids: list[int] | None = None  # per token, the prompt token after it (-1: none), for prompt logprobs
 
 
 @dataclass
@@ -43,6 +45,7 @@ class StepOutput:
     tokens: np.ndarray  # [rows] int32, -1 where nothing was sampled
     logprobs: TokenLogprobs  # NumPy arrays [rows, ...]
     mirostat_mu: np.ndarray  # [rows] float32
+    prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
 
 
 class ModelRunner:
@@ -63,8 +66,16 @@ class ModelRunner:
 
     def _forward_and_sample(self, state, kv_cache, batch: BatchInputs):
         model = nnx.merge(self.graphdef, state)
-        logits, kv_cache = model(kv_cache, batch)
-        return sample(logits, batch.sampling), kv_cache
+        hidden, kv_cache = model.hidden_states(kv_cache, batch)
+        result = sample(model.logits(hidden[batch.logits_indices]), batch.sampling)
+        # Logits of every token only when some row asked for prompt logprobs.
+        num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
+        wanted = batch.next_token_ids >= 0
+        prompt = jax.lax.cond(
+            jnp.any(wanted),
+            lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+            lambda: empty_prompt_logprobs(hidden.shape[0], num_top))
+        return (result, prompt), kv_cache
 
     def warmup(self, report: Callable[[str], None] | None = None) -> float:
         """Compile every token bucket now; returns the seconds it took."""
@@ -96,10 +107,25 @@ class ModelRunner:
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
-        result, self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
+        (result, prompt), self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
         result = jax.tree_util.tree_map(lambda a: np.asarray(a)[: len(rows)], jax.device_get(result))
         tokens = np.where([row.sample for row in rows], result.tokens, -1)
-        return StepOutput(tokens=tokens, logprobs=result.logprobs, mirostat_mu=result.mirostat_mu)
+        return StepOutput(tokens=tokens, logprobs=result.logprobs, mirostat_mu=result.mirostat_mu,
+                          prompt_logprobs=self._prompt_rows(rows, batch, prompt))
+
+    @staticmethod
+    def _prompt_rows(rows: list[RowPlan], batch: BatchInputs, prompt) -> list[PromptLogprobs | None]:
+        """Each row's slice of the prompt logprobs (None for rows that did not ask)."""
+        if not (batch.next_token_ids >= 0).any():
+            return [None] * len(rows)
+        prompt = jax.device_get(prompt)
+        spans, cursor = [], 0
+        for row in rows:
+            span = slice(cursor, cursor + len(row.token_ids))
+            cursor = span.stop
+            wanted = row.next_token_ids is not None
+            spans.append(jax.tree_util.tree_map(lambda a: np.asarray(a)[span], prompt) if wanted else None)
+        return spans
 
     def pack(self, rows: list[RowPlan]) -> BatchInputs:
         """Host arrays for `rows`, padded up to the smallest bucket that holds them."""
@@ -124,6 +150,8 @@ class ModelRunner:
         batch.token_rows[span] = index
         batch.slot_mapping[span] = table[positions // page_size] * page_size + positions % page_size
         batch.context_lens[span] = row.start
+        if row.next_token_ids is not None:
+            batch.next_token_ids[span] = row.next_token_ids
         batch.block_tables[index, : len(table)] = table
         batch.logits_indices[index] = span.stop - 1
         if row.sampling is not None:

@@ -10,7 +10,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.request import Request, SamplingParams, choice_seeds
 
-CONFIG = EngineConfig(max_model_len=128, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=1200)
+CONFIG = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=1200)
 PROMPT = [11, 257, 1024, 7, 99]
 SAMPLED = SamplingParams(temperature=0.9, top_p=0.95, top_k=200, max_tokens=12, ignore_eos=True, seed=7)
 
@@ -109,3 +109,33 @@ def test_logprobs_come_with_each_token(engine):
         assert entry.logprob <= 0 and entry.sampling_logprob <= 0 and entry.rank >= 1
         if entry.rank == 1:
             assert entry.top[0][0] == entry.token_id
+
+
+def test_prompt_logprobs_match_the_reference_across_chunks(engine):
+    from numpy_reference import forward
+
+    checkpoint_params = engine_params(engine)
+    prompt = [int(t) for t in np.random.default_rng(8).integers(0, engine.model_config.vocab_size, 150)]
+    run(engine, [Request("warm-cache", prompt, SamplingParams(temperature=0.0, max_tokens=1))])  # would hit the prefix cache
+    engine.add_request(Request("plp", prompt, SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=2)))
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    first = outputs[0]
+    assert first.num_cached_tokens == 0 and first.prompt_logprobs is not None
+    assert all(o.prompt_logprobs is None for o in outputs[1:])
+    logits = forward(engine.model_config, checkpoint_params, prompt).astype(np.float64)
+    expected = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)
+    entries = first.prompt_logprobs
+    assert [e.token_id for e in entries] == prompt[1:]  # 150 tokens over two 128-token steps
+    for position, entry in enumerate(entries, start=1):
+        assert abs(entry.logprob - expected[position - 1, prompt[position]]) < 1e-3
+        assert entry.is_greedy == (int(np.argmax(logits[position - 1])) == prompt[position])
+        assert len(entry.top) == 2 and entry.top[0][0] == int(np.argmax(logits[position - 1]))
+
+
+def engine_params(engine):
+    from conftest import tiny_checkpoint
+
+    return tiny_checkpoint(engine.model_config.vocab_size).params
