@@ -85,10 +85,11 @@ def unpack_allowed(words, vocab_size: int):
     """bool [rows, vocab] from llguidance's packed int32 words [rows, ceil(vocab / 32)].
 
     Token t is allowed iff bit t % 32 of word t // 32 is set (least significant bit first)."""
-    tokens = jnp.arange(vocab_size, dtype=jnp.int32)
-    selected = jnp.asarray(words, jnp.int32)[:, tokens // WORD_BITS]  # [rows, vocab]
-    # The arithmetic shift smears the sign bit of negative words; masking with 1 discards it.
-    return (jnp.right_shift(selected, tokens % WORD_BITS) & 1).astype(jnp.bool_)
+    words = jnp.asarray(words, jnp.int32)
+    # Shift every word by 0..31 at once (a broadcast, not a gather: gathers are slow on
+    # XLA's CPU backend); the arithmetic shift smears the sign bit, masking with 1 drops it.
+    bits = jnp.right_shift(words[:, :, None], jnp.arange(WORD_BITS, dtype=jnp.int32)) & 1
+    return bits.reshape(words.shape[0], -1)[:, :vocab_size].astype(jnp.bool_)
 
 
 def apply_allowed(logits, words):

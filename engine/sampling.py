@@ -111,11 +111,29 @@ def penalised(logits, arrays: SamplingArrays):
     return apply_allowed(logits, arrays.allowed_words)
 
 
+CDF_BLOCK = 256  # tokens per block of the two-level inverse-CDF search
+
+
 def inverse_cdf_draw(logits, uniform):
-    """One token per row from softmax(logits), at a uniform draw per row."""
-    cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
-    picked = jnp.sum(cdf < (uniform * cdf[:, -1])[:, None], axis=-1)
-    return jnp.minimum(picked, logits.shape[-1] - 1).astype(jnp.int32)
+    """One token per row from softmax(logits), at a uniform draw per row.
+
+    Two levels instead of one cumulative sum over the vocabulary (slow on XLA's CPU
+    backend): find the block of CDF_BLOCK tokens whose mass holds the draw, then the token
+    within it. Zero-probability tokens are never picked."""
+    rows, vocab = logits.shape
+    probs = jax.nn.softmax(logits, axis=-1)
+    num_blocks = -(-vocab // CDF_BLOCK)
+    blocks = jnp.pad(probs, ((0, 0), (0, num_blocks * CDF_BLOCK - vocab))).reshape(rows, num_blocks, CDF_BLOCK)
+    block_cdf = jnp.cumsum(blocks.sum(-1), axis=-1)  # [rows, blocks]
+    target = uniform * block_cdf[:, -1]
+    block = jnp.minimum(jnp.sum(block_cdf < target[:, None], axis=-1), num_blocks - 1)
+    mass_before = jnp.where(block > 0, jnp.take_along_axis(block_cdf, jnp.maximum(block - 1, 0)[:, None], 1)[:, 0], 0.0)
+    inner = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]  # [rows, CDF_BLOCK]
+    within = jnp.sum(mass_before[:, None] + jnp.cumsum(inner, axis=-1) < target[:, None], axis=-1)
+    # Rounding can carry the draw past the block's last token with probability: stop there.
+    last_nonzero = CDF_BLOCK - 1 - jnp.argmax((inner > 0)[:, ::-1], axis=-1)
+    token = block * CDF_BLOCK + jnp.minimum(within, last_nonzero)
+    return jnp.minimum(token, vocab - 1).astype(jnp.int32)
 
 
 def sample(logits, arrays: SamplingArrays) -> SampleResult:

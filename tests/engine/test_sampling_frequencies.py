@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from engine.sampling import empty_sampling_arrays, sample
+from engine.sampling import CDF_BLOCK, empty_sampling_arrays, sample
 
 VOCAB, DRAWS = 40, 20000
 LOGITS = np.random.default_rng(0).normal(0, 1.5, VOCAB).astype(np.float32)
@@ -88,3 +88,21 @@ def test_draws_follow_the_definition(name):
     bound = 5 * np.sqrt(expected * (1 - expected) / DRAWS) + 1e-4
     assert np.all(observed[expected == 0] == 0), "a removed token was drawn"
     assert np.all(np.abs(observed - expected) <= bound), name
+
+
+def test_draws_across_several_cdf_blocks():
+    """A vocabulary spanning several CDF blocks, with mass in each and banned tokens between."""
+    vocab = 3 * CDF_BLOCK + 17
+    rng = np.random.default_rng(9)
+    logits = np.full(vocab, -np.inf, np.float32)
+    favoured = rng.choice(vocab, 30, replace=False)
+    logits[favoured] = rng.normal(0, 1, 30)
+    arrays = empty_sampling_arrays(DRAWS, vocab, history=4)
+    arrays.temperature[:] = 1.0
+    arrays.seeds[:] = rng.integers(0, 2**31, DRAWS)
+    arrays.positions[:] = rng.integers(0, 4096, DRAWS)
+    tokens = np.asarray(jax.jit(sample)(np.tile(logits, (DRAWS, 1)), arrays).tokens)
+    expected = softmax(logits.astype(np.float64))
+    observed = np.bincount(tokens, minlength=vocab) / DRAWS
+    assert set(np.unique(tokens)) <= set(favoured.tolist())
+    assert np.all(np.abs(observed - expected) <= 5 * np.sqrt(expected * (1 - expected) / DRAWS) + 1e-4)
