@@ -14,16 +14,13 @@ from collections.abc import Callable
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.request import PromptTokenLogprob, Request, RequestOutput, TokenLogprob
+from engine.request import SEED_MODULUS, PromptTokenLogprob, Request, RequestOutput, TokenLogprob
 from engine.runner import ModelRunner, RowPlan, StepOutput
 from engine.sampling_inputs import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
-
-SEED_RANGE = 2**31 - 1
-
 
 class Engine:
     """A model, its KV cache and the queue of requests being generated."""
@@ -58,7 +55,7 @@ class Engine:
         self.validate(request)
         if request.request_id in self._sequences:
             raise ValueError(f"request id {request.request_id!r} is already in use")
-        seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_RANGE)
+        seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_MODULUS)
         seq = Sequence.from_request(request, seed)
         self._sequences[request.request_id] = seq
         self._detokenizers[request.request_id] = IncrementalDetokenizer(
@@ -120,7 +117,6 @@ class Engine:
                 token_ids=item.seq.token_ids[item.start: item.start + item.num_new_tokens],
                 start=item.start,
                 block_table=item.seq.block_table,
-                sample=item.needs_sample,
                 sampling=self._row_sampling(item.seq) if item.needs_sample else None,
                 next_token_ids=self._next_prompt_ids(item.seq, item.start, item.num_new_tokens),
             )

@@ -33,9 +33,12 @@ class RowPlan:
     token_ids: list[int]
     start: int  # position of token_ids[0] (= tokens of this sequence already in the cache)
     block_table: list[int]
-    sample: bool
-    sampling: RowSampling | None = None  # None: greedy with no processing
+    sampling: RowSampling | None = None  # None: nothing is sampled for this row this step
     next_token_ids: list[int] | None = None  # per token, the prompt token after it (-1: none), for prompt logprobs
+
+    @property
+    def sample(self) -> bool:
+        return self.sampling is not None
 
 
 @dataclass

@@ -73,6 +73,15 @@ def pack_allowed(allowed_ids: Iterable[int] | None, vocab_size: int) -> list[int
     return [word - _WORD_RANGE if word & _SIGN_BIT else word for word in words]
 
 
+def pack_banned(banned_ids: Iterable[int], vocab_size: int) -> list[int]:
+    """Packed int32 words allowing every token but banned_ids (ids outside the vocabulary are ignored)."""
+    words = [_WORD_RANGE - 1] * num_words(vocab_size)
+    for token in banned_ids:
+        if 0 <= token < vocab_size:
+            words[token // WORD_BITS] &= ~(1 << (token % WORD_BITS))
+    return [word - _WORD_RANGE if word & _SIGN_BIT else word for word in words]
+
+
 def force_token(token_id: int, vocab_size: int) -> list[int]:
     """Packed words allowing only token_id, so the sampler must emit it next."""
     return pack_allowed([token_id], vocab_size)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from engine.request import SamplingParams
 from engine.sampling import MAX_LOGIT_BIAS, SamplingArrays
-from engine.sampling_host import bad_word_bans, force_token, no_repeat_ngram_bans, num_words, stop_bans
+from engine.sampling_host import bad_word_bans, force_token, no_repeat_ngram_bans, pack_banned, stop_bans
 
 
 @dataclass
@@ -37,16 +37,7 @@ def allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
         banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
     if params.no_repeat_ngram_size:
         banned |= no_repeat_ngram_bans(row.token_ids, params.no_repeat_ngram_size)
-    return clear_bits(banned, vocab_size) if banned else None
-
-
-def clear_bits(banned: set[int], vocab_size: int) -> list[int]:
-    words = [-1] * num_words(vocab_size)
-    for token in banned:
-        if 0 <= token < vocab_size:
-            words[token // 32] &= ~(1 << (token % 32))
-    # Back to signed 32-bit values, as int32 arrays hold them.
-    return [w - (1 << 32) if w >= 1 << 31 else w for w in (w & 0xFFFFFFFF for w in words)]
+    return pack_banned(banned, vocab_size) if banned else None
 
 
 def fill_row(arrays: SamplingArrays, index: int, row: RowSampling, position: int, vocab_size: int) -> None:

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench import best_seconds
 from engine.sampling import empty_sampling_arrays, sample
-from engine.sampling_inputs import clear_bits
-
-
-def best_ms(run, repeats: int) -> float:
-    jax.block_until_ready(run())
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        jax.block_until_ready(run())
-        times.append(time.perf_counter() - started)
-    return 1000 * min(times)
+from engine.sampling_host import pack_banned
 
 
 def full_sampler_arrays(rows: int, vocab: int, history: int, rng):
@@ -39,7 +29,7 @@ def full_sampler_arrays(rows: int, vocab: int, history: int, rng):
     arrays.num_prompt_tokens[:] = 128
     arrays.bias_ids[:, :8] = rng.integers(0, vocab, (rows, 8))
     arrays.bias_values[:, :8] = 5.0
-    arrays.allowed_words[:] = clear_bits(set(range(0, 2000, 7)), vocab)
+    arrays.allowed_words[:] = pack_banned(range(0, 2000, 7), vocab)
     arrays.seeds[:] = rng.integers(0, 2**31, rows)
     arrays.positions[:] = 200
     arrays.want_logprobs[:] = True
@@ -57,4 +47,4 @@ def run_sampler_benchmark(args: argparse.Namespace) -> None:
     full = jax.device_put(full_sampler_arrays(rows, vocab, args.history, rng))
     print(f"sampler at {rows} rows, vocab {vocab}, history {args.history}:")
     for name, arrays in (("greedy", greedy), ("temperature only", jax.device_put(temperature)), ("every feature", full)):
-        print(f"  {name}: {best_ms(lambda: step(logits, arrays).tokens, args.repeats):.1f} ms")
+        print(f"  {name}: {1000 * best_seconds(lambda: step(logits, arrays).tokens.block_until_ready(), args.repeats):.1f} ms")

@@ -22,8 +22,8 @@ def run(mesh_shape):
     engine = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=32,
                           page_size=4, num_pages=40, mesh_shape=mesh_shape)
     runner = ModelRunner(config, engine, params)
-    prefill = runner.hidden_logits([RowPlan(prompt[:20], 0, list(range(1, 7)), False)])
-    decode = runner.hidden_logits([RowPlan(prompt[20:], 20, list(range(1, 7)), False)])
+    prefill = runner.hidden_logits([RowPlan(prompt[:20], 0, list(range(1, 7)))])
+    decode = runner.hidden_logits([RowPlan(prompt[20:], 20, list(range(1, 7)))])
     return runner, np.concatenate([prefill, decode])
 
 

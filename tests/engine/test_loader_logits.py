@@ -23,7 +23,7 @@ PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43]
 
 def engine_logits(checkpoint):
     runner = ModelRunner(checkpoint.config, ENGINE, checkpoint.params)
-    return runner.hidden_logits([RowPlan(PROMPT, 0, [1, 2, 3, 4], sample=False)])
+    return runner.hidden_logits([RowPlan(PROMPT, 0, [1, 2, 3, 4])])
 
 
 def relative_error(actual, expected):

@@ -41,7 +41,7 @@ def test_prefill_matches_reference(model):
     config, params = model
     prompt = list(np.random.default_rng(1).integers(0, config.vocab_size, 23))
     runner = ModelRunner(config, ENGINE, params)
-    logits = runner.hidden_logits([RowPlan(prompt, 0, pages_for(23), sample=False)])
+    logits = runner.hidden_logits([RowPlan(prompt, 0, pages_for(23))])
     assert relative_error(logits, forward(config, params, prompt)) < 1e-4
 
 
@@ -55,7 +55,7 @@ def test_chunked_prefill_and_decode_match_reference(model):
     start = 0
     for size in (7, 7, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1):
         chunk = tokens[start:start + size]
-        logits = runner.hidden_logits([RowPlan(chunk, start, table, sample=False)])
+        logits = runner.hidden_logits([RowPlan(chunk, start, table)])
         assert relative_error(logits, expected[start:start + size]) < 1e-4, f"tokens {start}..{start + size}"
         start += size
     assert start == 30
@@ -69,9 +69,9 @@ def test_ragged_batch_matches_reference(model):
     runner = ModelRunner(config, ENGINE, params)
     tables = [pages_for(9, 1), pages_for(17, 10), pages_for(12, 20)]
     # Put earlier parts of sequences 1 and 2 in the cache first.
-    runner.hidden_logits([RowPlan(seqs[1][:10], 0, tables[1], False), RowPlan(seqs[2][:11], 0, tables[2], False)])
-    rows = [RowPlan(seqs[0], 0, tables[0], False), RowPlan(seqs[1][10:], 10, tables[1], False),
-            RowPlan(seqs[2][11:], 11, tables[2], False)]
+    runner.hidden_logits([RowPlan(seqs[1][:10], 0, tables[1]), RowPlan(seqs[2][:11], 0, tables[2])])
+    rows = [RowPlan(seqs[0], 0, tables[0]), RowPlan(seqs[1][10:], 10, tables[1]),
+            RowPlan(seqs[2][11:], 11, tables[2])]
     logits = runner.hidden_logits(rows)
     expected = np.concatenate([forward(config, params, seqs[0]), forward(config, params, seqs[1])[10:],
                                forward(config, params, seqs[2])[11:]])

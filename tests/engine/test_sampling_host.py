@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.logits_processing import apply_allowed, unpack_allowed
-from engine.sampling_host import (bad_word_bans, force_token, no_repeat_ngram_bans, pack_allowed,
+from engine.sampling_host import (bad_word_bans, force_token, no_repeat_ngram_bans, pack_allowed, pack_banned,
                                   stop_bans)
 
 
@@ -98,3 +98,10 @@ def test_force_token_makes_argmax_pick_it():
     out = np.asarray(apply_allowed(logits, words))
     assert np.array_equal(out.argmax(-1), forced)
     assert np.isfinite(out).sum() == 3
+
+
+@pytest.mark.parametrize("vocab", [300, 320, 33])
+def test_pack_banned_round_trips_through_unpack(vocab):
+    banned = {0, 31, 32, vocab - 1, 10**6}  # an id past the vocabulary is ignored
+    allowed = np.asarray(unpack_allowed(np.array([pack_banned(banned, vocab)], np.int32), vocab))[0]
+    assert set(np.flatnonzero(~allowed)) == {t for t in banned if t < vocab}
