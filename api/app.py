@@ -6,6 +6,7 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 
 from api.errors import EXCEPTION_HANDLERS
+from api.lifecycle import EngineFactory, EngineLifecycle, load_engine
 from api.routes import health, models
 from api.settings import Settings
 from api.state import ServerState
@@ -17,21 +18,18 @@ API_PREFIXES = ("/v1", "/inference/v1")
 API_HANDLERS = [models.list_models, models.retrieve_model]
 
 
-def create_app(settings: Settings) -> Litestar:
-    """An app serving the model that `settings.model` names (the embedded one if None)."""
+def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) -> Litestar:
+    """An app serving the model that `settings.model` names (the embedded one if None).
+
+    The engine loads in the background after startup; `app.state.lifecycle` can be awaited
+    (`wait_until_serving`) by callers that need it running."""
     server = ServerState(model=resolve_model(settings.model))
-
-    def mark_serving() -> None:
-        server.phase = "ok"
-
-    def mark_draining() -> None:
-        server.phase = "draining"
-
+    lifecycle = EngineLifecycle(server, settings, engine_factory)
     routers = [Router(prefix, route_handlers=API_HANDLERS) for prefix in API_PREFIXES]
     return Litestar(
         route_handlers=[health.health, *routers],
-        state=State({"server": server}),
-        on_startup=[mark_serving],
-        on_shutdown=[mark_draining],
+        state=State({"server": server, "lifecycle": lifecycle}),
+        on_startup=[lifecycle.start],
+        on_shutdown=[lifecycle.stop],
         exception_handlers=EXCEPTION_HANDLERS,
     )

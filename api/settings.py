@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.config import EngineConfig
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -13,3 +15,4 @@ class Settings:
     port: int = 8000
     # A .gguf file or a Hugging Face directory; None serves the embedded SmolLM2.
     model: str | None = None
+    engine: EngineConfig = EngineConfig()

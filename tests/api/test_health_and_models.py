@@ -7,15 +7,15 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from api.settings import Settings
+from api_helpers import TINY_ENGINE, wait_until_serving
 from generated.flint import ErrorResponse, HealthResponse, ModelList
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
-def client():
-    with TestClient(app=create_app(Settings())) as client:
-        yield client
+def client(tiny_client):
+    return tiny_client
 
 
 def test_health_is_ok_once_started(client):
@@ -25,7 +25,7 @@ def test_health_is_ok_once_started(client):
 
 
 def test_health_is_503_before_start():
-    app = create_app(Settings())
+    app = create_app(Settings())  # the embedded model: it is never loaded here
     # Without the context manager the lifespan never runs: the server is still starting.
     response = TestClient(app=app).get("/health")
     assert response.status_code == 503
@@ -62,12 +62,14 @@ def test_unknown_route_is_404_in_openai_shape(client):
     assert ErrorResponse.model_validate(response.json()).error.type == "not_found_error"
 
 
-def test_a_custom_model_is_served(tmp_path):
+def test_a_custom_model_is_served(tmp_path, tiny_app_factory):
     import json
 
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
-    with TestClient(app=create_app(Settings(model=str(model_dir)))) as client:
+    app = tiny_app_factory(Settings(model=str(model_dir), engine=TINY_ENGINE))
+    with TestClient(app=app) as client:
+        wait_until_serving(client)
         data = client.get("/v1/models").json()["data"]
     assert [(m["id"], m["max_model_len"]) for m in data] == [("my-model", 512)]

@@ -136,6 +136,6 @@ def test_prompt_logprobs_match_the_reference_across_chunks(engine):
 
 
 def engine_params(engine):
-    from conftest import tiny_checkpoint
+    from tiny_models import tiny_checkpoint
 
     return tiny_checkpoint(engine.model_config.vocab_size).params

@@ -1,0 +1,19 @@
+"""Helpers for API tests: the tiny engine's settings and waiting for the engine to start."""
+
+from __future__ import annotations
+
+import time
+
+from litestar.testing import TestClient
+
+from engine.config import EngineConfig
+
+TINY_ENGINE = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=160)
+
+
+def wait_until_serving(client: TestClient, timeout: float = 120) -> None:
+    """Poll /health until the background engine load finishes."""
+    deadline = time.monotonic() + timeout
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, "the engine did not start"
+        time.sleep(0.05)
