@@ -60,13 +60,32 @@ def _take(values, ids):
 
 
 def _model_logprobs(logits, token_ids, num_top: int):
-    """(logprob, rank, top_ids, top_logprobs) of token_ids under the model distribution."""
-    logprobs = log_softmax(logits)  # [rows, vocab]
-    chosen = _take(logprobs, token_ids)
+    """(logprob, rank, top_ids, top_logprobs) of token_ids under the model distribution.
+
+    Read off the raw logits and their log-normalizer rather than a materialized
+    log_softmax: one pass less over [rows, vocab]."""
+    logits = logits.astype(jnp.float32)
+    peak = jnp.max(logits, axis=-1)
+    log_total = peak + jnp.log(jnp.sum(jnp.exp(logits - peak[:, None]), axis=-1))
+    chosen_logit = _take(logits, token_ids)
     # Counting strictly greater entries makes ties share the better rank.
-    rank = jnp.sum(logprobs > chosen[:, None], axis=-1).astype(jnp.int32) + 1
-    top_logprobs, top_ids = jax.lax.top_k(logprobs, num_top)
-    return chosen, rank, top_ids.astype(jnp.int32), top_logprobs
+    rank = jnp.sum(logits > chosen_logit[:, None], axis=-1).astype(jnp.int32) + 1
+    top_logits, top_ids = jax.lax.top_k(logits, num_top)
+    return (chosen_logit - log_total, rank, top_ids.astype(jnp.int32),
+            top_logits - log_total[:, None])
+
+
+def sampling_logprob_of(sampling_logits, tokens):
+    """Each row's token's logprob under processed logits [rows, vocab] (-inf if masked)."""
+    return _take(log_softmax(sampling_logits), tokens)
+
+
+def model_logprobs(model_logits, tokens, sampling_logprob, num_top: int) -> TokenLogprobs:
+    """TokenLogprobs of `tokens` [rows] under the model's raw logits [rows, vocab], with the
+    sampling logprob [rows] the sampler computed on its own (possibly narrowed) distribution."""
+    logprob, rank, top_ids, top_logprobs = _model_logprobs(model_logits, tokens, num_top)
+    return TokenLogprobs(logprob=logprob, sampling_logprob=sampling_logprob, rank=rank,
+                         top_ids=top_ids, top_logprobs=top_logprobs)
 
 
 def token_logprobs(model_logits, sampling_logits, tokens, num_top: int) -> TokenLogprobs:
@@ -75,10 +94,7 @@ def token_logprobs(model_logits, sampling_logits, tokens, num_top: int) -> Token
     model_logits [rows, vocab]: the model's raw logits. sampling_logits [rows, vocab]: the
     processed logits the token was drawn from (-inf where masked). num_top: static count of
     top alternatives under the model distribution, in descending order."""
-    logprob, rank, top_ids, top_logprobs = _model_logprobs(model_logits, tokens, num_top)
-    sampling_logprob = _take(log_softmax(sampling_logits), tokens)
-    return TokenLogprobs(logprob=logprob, sampling_logprob=sampling_logprob, rank=rank,
-                         top_ids=top_ids, top_logprobs=top_logprobs)
+    return model_logprobs(model_logits, tokens, sampling_logprob_of(sampling_logits, tokens), num_top)
 
 
 def prompt_logprobs(logits, next_token_ids, num_top: int) -> PromptLogprobs:

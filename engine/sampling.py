@@ -9,6 +9,9 @@ uses nothing beyond temperature costs about what greedy does. The order of opera
       -> Mirostat (rows that use it) -> one inverse-CDF draw per row
       -> logprobs of the pick under the model and under the processed distribution
 
+Rows whose top-k, top-p or min-p cut keeps only tokens among their best 256 run the
+stages after the cut on those 256 (engine/candidates.py); the others on the whole row.
+
 Randomness comes from (seed, position) alone, so a seeded request draws the same tokens
 whatever else is in its batch, and the n choices of one request differ by their seeds.
 """
@@ -21,8 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.candidates import Draw, narrow_draw
 from engine.logits_processing import apply_allowed, apply_logit_bias, apply_penalties, count_tokens
-from engine.logprobs import TokenLogprobs, token_logprobs
+from engine.logprobs import TokenLogprobs, model_logprobs, sampling_logprob_of
 from engine.mirostat import mirostat_step
 from engine.truncation import apply_truncation
 
@@ -136,31 +140,64 @@ def inverse_cdf_draw(logits, uniform):
     return jnp.minimum(token, vocab - 1).astype(jnp.int32)
 
 
+def full_draw(scaled, arrays: SamplingArrays, uniforms, want_logprob: bool | jax.Array) -> Draw:
+    """The full-vocabulary path for temperature-scaled logits [rows, vocab]: every filter,
+    Mirostat and the draw over the whole row (the sampling logprob only if `want_logprob`)."""
+    shaped = apply_truncation(scaled, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
+                              arrays.xtc_threshold, arrays.xtc_probability, uniforms[:, 1])
+    miro_tokens, mu, shaped = mirostat_step(shaped, arrays.mirostat_target, arrays.mirostat_lr,
+                                            arrays.mirostat_mu, uniforms[:, 0])
+    drawn = inverse_cdf_draw(shaped, uniforms[:, 0])
+    tokens = jnp.where(arrays.mirostat_target > 0, miro_tokens, drawn)
+    sampling_logprob = jax.lax.cond(want_logprob, lambda: sampling_logprob_of(shaped, tokens),
+                                    lambda: jnp.zeros(tokens.shape, jnp.float32))
+    return Draw(tokens=tokens, mirostat_mu=mu, sampling_logprob=sampling_logprob)
+
+
+def stochastic_draw(processed, arrays: SamplingArrays) -> Draw:
+    """Tokens of the temperature rows: the narrow path where a row's cut allows it (see
+    engine/candidates.py), the full-vocabulary path for the others, each run only when
+    some row needs it."""
+    stochastic = arrays.temperature > 0
+    uniforms = row_uniforms(arrays.seeds, arrays.positions, 2)  # [draw, XTC coin]
+    scaled = processed / jnp.where(stochastic, arrays.temperature, 1.0)[:, None]
+    cuts = stochastic & ((arrays.top_k > 0) | (arrays.top_p < 1) | (arrays.min_p > 0))
+    narrow, narrowed = jax.lax.cond(
+        jnp.any(cuts), lambda: narrow_draw(scaled, arrays, uniforms, inverse_cdf_draw),
+        lambda: (_no_draw(arrays), jnp.zeros_like(cuts)))
+    narrowed = narrowed & cuts
+    want_logprob = jnp.any(arrays.want_logprobs & stochastic & ~narrowed)
+    full = jax.lax.cond(jnp.any(stochastic & ~narrowed),
+                        lambda: full_draw(scaled, arrays, uniforms, want_logprob), lambda: narrow)
+    return jax.tree.map(lambda a, b: jnp.where(narrowed, a, b), narrow, full)
+
+
+def _no_draw(arrays: SamplingArrays) -> Draw:
+    zeros = jnp.zeros(arrays.temperature.shape, jnp.float32)
+    return Draw(tokens=zeros.astype(jnp.int32), mirostat_mu=arrays.mirostat_mu, sampling_logprob=zeros)
+
+
 def sample(logits, arrays: SamplingArrays) -> SampleResult:
     """Next tokens for float32 logits [rows, vocab], with their logprobs and Mirostat state."""
     processed = penalised(logits, arrays)
     greedy = jnp.argmax(processed, axis=-1).astype(jnp.int32)
     stochastic = arrays.temperature > 0
+    draw = jax.lax.cond(jnp.any(stochastic), lambda: stochastic_draw(processed, arrays),
+                        lambda: _no_draw(arrays))
+    tokens = jnp.where(stochastic, draw.tokens, greedy)
+    mu = jnp.where(stochastic, draw.mirostat_mu, arrays.mirostat_mu)
 
-    def with_temperature():
-        uniforms = row_uniforms(arrays.seeds, arrays.positions, 2)  # [draw, XTC coin]
-        scaled = processed / jnp.maximum(arrays.temperature, 1e-6)[:, None]
-        shaped = apply_truncation(scaled, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
-                                  arrays.xtc_threshold, arrays.xtc_probability, uniforms[:, 1])
-        miro_tokens, mu, shaped = mirostat_step(shaped, arrays.mirostat_target, arrays.mirostat_lr,
-                                                arrays.mirostat_mu, uniforms[:, 0])
-        drawn = inverse_cdf_draw(shaped, uniforms[:, 0])
-        tokens = jnp.where(arrays.mirostat_target > 0, miro_tokens, drawn)
-        return jnp.where(stochastic, tokens, greedy), jnp.where(stochastic, mu, arrays.mirostat_mu), \
-            jnp.where(stochastic[:, None], shaped, processed)
+    def logprobs():
+        # A greedy row's token was picked from `processed` itself.
+        greedy_logprob = jax.lax.cond(
+            jnp.any(arrays.want_logprobs & ~stochastic), lambda: sampling_logprob_of(processed, tokens),
+            lambda: draw.sampling_logprob)
+        sampling_logprob = jnp.where(stochastic, draw.sampling_logprob, greedy_logprob)
+        return model_logprobs(logits, tokens, sampling_logprob, num_top)
 
-    tokens, mu, distribution = jax.lax.cond(
-        jnp.any(stochastic), with_temperature, lambda: (greedy, arrays.mirostat_mu, processed))
     num_top = min(NUM_TOP_LOGPROBS, logits.shape[-1])
-    logprobs = jax.lax.cond(
-        jnp.any(arrays.want_logprobs),
-        lambda: token_logprobs(logits, distribution, tokens, num_top),
-        lambda: empty_logprobs(tokens.shape[0], num_top))
+    logprobs = jax.lax.cond(jnp.any(arrays.want_logprobs), logprobs,
+                            lambda: empty_logprobs(tokens.shape[0], num_top))
     return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu)
 
 

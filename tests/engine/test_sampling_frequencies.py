@@ -3,6 +3,9 @@
 For every shaping parameter, 20,000 rows share one logits vector and differ only in their
 seed; the observed token frequencies must match a NumPy construction of the definition
 within five binomial standard errors per token (a chance failure about once in a million).
+Each case runs twice: as the sampler runs it (rows that top-k, top-p or min-p narrow to
+their best candidates take the narrow path) and with the narrow path off (one candidate,
+so no cut above qualifies), which sends every row through the full-vocabulary path.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import engine.candidates
 from engine.sampling import CDF_BLOCK, empty_sampling_arrays, sample
 
 VOCAB, DRAWS = 40, 20000
@@ -72,8 +76,15 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["as run", "full vocabulary"])
+def sampler_path(request, monkeypatch):
+    if request.param == "full vocabulary":
+        monkeypatch.setattr(engine.candidates, "NUM_CANDIDATES", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_draws_follow_the_definition(name):
+def test_draws_follow_the_definition(name, sampler_path):
     settings, expected_of = CASES[name]
     arrays = empty_sampling_arrays(DRAWS, VOCAB, history=4)
     arrays.temperature[:] = TEMPERATURE
