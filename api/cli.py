@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from api.settings import Settings
+from api.serve import add_serve_arguments, serve
 
 
 MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
@@ -15,9 +15,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flint", description="Flint: an LLM inference server for JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the HTTP API")
-    serve.add_argument("--host", default=Settings.host, help="address to bind (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=Settings.port, help="port to bind (default: %(default)s)")
     serve.add_argument("--model", default=None, help=MODEL_HELP)
+    add_serve_arguments(serve)
     generate = commands.add_parser("generate", help="stream a completion of one prompt to the terminal")
     generate.add_argument("prompt", help="the prompt text")
     generate.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the model's chat template")
@@ -51,22 +50,6 @@ def generate(args: argparse.Namespace) -> int:
         for output in engine.step():
             print(output.text, end="", flush=True)
     print()
-    return 0
-
-
-def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from api.app import create_app
-    from engine.loader.source import ModelNotFoundError
-
-    settings = Settings(host=args.host, port=args.port, model=args.model)
-    try:
-        app = create_app(settings)
-    except ModelNotFoundError as error:
-        print(f"flint: {error}", file=sys.stderr)
-        return 2
-    uvicorn.run(app, host=settings.host, port=settings.port)
     return 0
 
 

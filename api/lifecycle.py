@@ -2,13 +2,17 @@
 
 Loading and compiling a model takes from seconds to minutes, so it runs in a worker thread
 after startup: the server answers /health with 503 "starting" meanwhile, and "ok" once the
-engine runs. Tests pass an `engine_factory` that builds a small engine instead."""
+engine runs. A load that fails (a bad checkpoint, out of memory) turns the phase to "failed"
+and calls `on_failure`, with which `flint serve` exits rather than say "starting" forever.
+Tests pass an `engine_factory` that builds a small engine instead."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from api.settings import Settings
 from api.state import ServerState
@@ -18,6 +22,7 @@ from engine.engine import Engine
 log = logging.getLogger("flint")
 
 EngineFactory = Callable[[Settings], Engine]
+Result = TypeVar("Result")
 
 
 def load_engine(settings: Settings) -> Engine:
@@ -32,26 +37,92 @@ class EngineLifecycle:
         self.server = server
         self.settings = settings
         self.factory = factory
+        # Called (on the event loop) with the error when the engine cannot be loaded.
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.error: BaseException | None = None  # why the engine could not be loaded
         self._loading: asyncio.Task | None = None
+        self._loader: threading.Thread | None = None
 
     async def start(self) -> None:
+        # The store first: a database that cannot be reached stops start-up at once.
+        try:
+            await self.server.store.open()
+        except Exception:
+            log.exception("the store at %s could not be opened", self.server.store.display_url)
+            raise
         self._loading = asyncio.create_task(self._load())
 
     async def _load(self) -> None:
-        engine = AsyncEngine(await asyncio.to_thread(self.factory, self.settings))
+        try:
+            self._loader, loaded = start_in_daemon_thread(self.factory, self.settings)
+            engine = AsyncEngine(await loaded)
+        except Exception as error:
+            log.exception("the model could not be loaded")
+            self.error = error
+            self.server.phase = "failed"
+            if self.on_failure is not None:
+                self.on_failure(error)
+            return
         engine.start()
         self.server.engine = engine
-        self.server.phase = "ok"
+        if self.server.phase == "starting":  # not if shutdown began while compiling
+            self.server.phase = "ok"
+
+    @property
+    def is_loading(self) -> bool:
+        """Whether the load thread still runs: a compile cannot be interrupted, so it
+        outlives `stop()` when the server is stopped while starting."""
+        return self._loader is not None and self._loader.is_alive()
 
     async def wait_until_serving(self) -> None:
         """Returns once the engine runs (re-raises a load failure)."""
         if self._loading is not None:
             await self._loading
+        if self.error is not None:
+            raise self.error
+
+    def drain(self) -> None:
+        """Shutdown began: new API requests get 503 while in-flight ones finish."""
+        if self.server.phase in ("starting", "ok"):
+            self.server.phase = "draining"
 
     async def stop(self) -> None:
-        self.server.phase = "draining"
+        self.drain()
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
         if self.server.engine is not None:
             await asyncio.to_thread(self.server.engine.stop)
             self.server.engine = None
+        await self.server.store.close()
+
+
+def start_in_daemon_thread(function: Callable[..., Result],
+                           *args) -> tuple[threading.Thread, asyncio.Future[Result]]:
+    """`function(*args)` in a daemon thread, and a future of its result on the running loop.
+
+    Unlike asyncio.to_thread, whose executor the event loop joins when it closes, this lets a
+    server told to stop while a model compiles exit at once (see `flint serve`)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(result, error) -> None:
+        if future.done():  # cancelled: the server stopped first
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = function(*args), None
+        except BaseException as raised:
+            result, error = None, raised
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the event loop has closed: nobody waits any more
+            pass
+
+    thread = threading.Thread(target=run, name="flint-load", daemon=True)
+    thread.start()
+    return thread, future

@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from api.store import default_data_dir
 from engine.config import EngineConfig
+
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What one server process serves, and where."""
+    """What one server process serves, where, and the limits it enforces."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     # A .gguf file or a Hugging Face directory; None serves the embedded SmolLM2.
     model: str | None = None
     engine: EngineConfig = EngineConfig()
+    # When set, every /v1 request must carry it (Authorization: Bearer, or x-api-key).
+    api_key: str | None = None
+    # Generation requests queued beyond the running batch before new ones get a 429.
+    max_waiting: int = 256
+    # On SIGTERM: seconds to let in-flight requests finish before cancelling them.
+    shutdown_timeout: float = 30.0
+    # Larger request bodies get a 413 (a 128K-token prompt as JSON ids is about 1 MiB).
+    max_body_bytes: int = 16 * MIB
+    # Where the server keeps its state: the SQLite store (flint.db) unless store_url is set.
+    data_dir: str = field(default_factory=default_data_dir)
+    # A SQLAlchemy async URL (postgresql+asyncpg://user:password@host/db) replacing the SQLite file.
+    store_url: str | None = None
+
+    def served(self, context_length: int | None) -> Settings:
+        """These settings with max_model_len capped at the model's context length (positions
+        past what the model was trained on are not served)."""
+        if context_length is None or self.engine.max_model_len <= context_length:
+            return self
+        return replace(self, engine=replace(self.engine, max_model_len=context_length))

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from api.errors import model_not_found
+from api.metrics import Metrics
+from api.settings import Settings
+from api.store import Store, store_url
 from engine.async_engine import AsyncEngine
+from engine.engine import EngineStats
 from engine.loader.source import ModelSource
 from engine.tokenizer import Tokenizer
 
-Phase = Literal["starting", "ok", "draining"]
+# "failed": the engine could not load; `flint serve` exits, /health says so meanwhile.
+Phase = Literal["starting", "ok", "draining", "failed"]
 
 
 @dataclass
@@ -18,11 +24,39 @@ class ServerState:
     """Held in the Litestar app state under `server`."""
 
     model: ModelSource
+    # As served: the engine's max_model_len already capped at the model's context length.
+    settings: Settings = field(default_factory=Settings)
     phase: Phase = "starting"
     # Unix time the server started; OpenAI's model objects report it as `created`.
     started_at: int = field(default_factory=lambda: int(time.time()))
     # Set once the engine has loaded and compiled (phase "ok"); None while starting.
     engine: AsyncEngine | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    # Stored chat completions and responses, where the settings say; opened at startup
+    # (api/lifecycle.py), before the engine loads.
+    store: Store = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = Store(store_url(self.settings.data_dir, self.settings.store_url))
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence (prompt and output) this server accepts."""
+        return self.settings.engine.max_model_len
+
+    def engine_stats(self) -> EngineStats:
+        """The engine's load now; requests posted to the engine thread but not yet queued
+        in its scheduler count as waiting too (admission control must see a burst at once)."""
+        if self.engine is None:
+            return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+        stats = self.engine.engine.stats()
+        return replace(stats, num_waiting=max(stats.num_waiting, self.engine.num_in_flight - stats.num_running))
+
+    def require_model(self, model: str | None) -> None:
+        """A request's `model` may be left out where its spec allows; given, it must name
+        the served model (else 404 in the OpenAI shape)."""
+        if model is not None and model != self.model.id:
+            raise model_not_found(model)
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -76,6 +76,12 @@ class AsyncEngine:
         self._commands.put(("abort", request_id))
 
     @property
+    def num_in_flight(self) -> int:
+        """Requests between `generate` and their last output: running, waiting, or posted to
+        the engine thread and not yet picked up. Read on the event loop, which alone changes it."""
+        return len(self._streams)
+
+    @property
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._error is None
 

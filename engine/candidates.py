@@ -3,9 +3,10 @@
 Most requests that shape their distribution use top_k, top_p or min_p, and those cuts
 usually keep a few dozen tokens. Once a row's cut provably keeps only tokens among its
 NUM_CANDIDATES best (one `lax.top_k`, ~16 ms at 64 x 49,152 on the 2-core CPU), every later
-stage (the other filters, Mirostat, the draw, the sampling logprob) runs on [rows, 256]
+stage (the other filters, the draw, the sampling logprob) runs on [rows, 256]
 instead of the whole vocabulary, and gives the same result: the tokens outside are
-removed either way. Rows where that can't be proven take the full-vocabulary path.
+removed either way. Rows where that can't be proven, and Mirostat rows, take the
+full-vocabulary path.
 
 Which path a row takes depends only on that row's logits and parameters, so a seeded
 request draws the same tokens whatever else shares its batch.
@@ -19,7 +20,6 @@ import jax
 import jax.numpy as jnp
 
 from engine.logprobs import log_softmax
-from engine.mirostat import mirostat_step
 from engine.truncation import apply_min_p, apply_typical_p, apply_xtc
 
 NUM_CANDIDATES = 256
@@ -117,11 +117,10 @@ def narrow_draw(scaled, arrays, uniforms, draw_fn):
     values, ids = jax.lax.top_k(scaled, min(NUM_CANDIDATES, scaled.shape[-1]))
     by_k, by_p, cut, by_min_p = narrowing(values, scaled, arrays.top_k, arrays.top_p, arrays.min_p)
     shaped = shape_candidates(values, arrays, by_k, by_p, cut, uniforms[:, 1])
-    miro_positions, mu, shaped = mirostat_step(shaped, arrays.mirostat_target, arrays.mirostat_lr,
-                                               arrays.mirostat_mu, uniforms[:, 0])
-    drawn = draw_fn(shaped, uniforms[:, 0])
-    positions = jnp.where(arrays.mirostat_target > 0, miro_positions, drawn)
+    positions = draw_fn(shaped, uniforms[:, 0])
     sampling_logprob = _take(log_softmax(shaped), positions)
-    draw = Draw(tokens=_take(ids, positions).astype(jnp.int32), mirostat_mu=mu,
+    draw = Draw(tokens=_take(ids, positions).astype(jnp.int32), mirostat_mu=arrays.mirostat_mu,
                 sampling_logprob=sampling_logprob)
-    return draw, by_k | by_p | by_min_p
+    # Mirostat rows take the full path: rare, and a second copy of Mirostat here would
+    # cost every compiled bucket seconds of compile time.
+    return draw, (by_k | by_p | by_min_p) & (arrays.mirostat_target <= 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -21,6 +22,16 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """The engine's load at one moment (for /metrics and admission control)."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # fraction of the allocatable KV pages held, 0 to 1
+
 
 class Engine:
     """A model, its KV cache and the queue of requests being generated."""
@@ -72,8 +83,9 @@ class Engine:
         vocab = self.model_config.vocab_size
         if any(not 0 <= token < vocab for token in prompt):
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
-        if request.sampling.max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+        # max_tokens 0 is a prefill that only scores the prompt (lm-eval's loglikelihood).
+        if request.sampling.max_tokens < (0 if request.sampling.prompt_logprobs is not None else 1):
+            raise ValueError("max_tokens must be at least 1 (0 only with prompt logprobs)")
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
@@ -82,6 +94,13 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
+
+    def stats(self) -> EngineStats:
+        """Current counts. Safe enough to call from another thread while the engine steps:
+        each figure is the length of a list, deque or dict (atomic under the GIL), so a
+        reading may straddle a step, off by a request or page for one scrape, but never raises."""
+        return EngineStats(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
+                           kv_cache_usage=self.block_manager.usage)
 
     def step(self) -> list[RequestOutput]:
         """Run one batch; returns an output for every request that gained tokens or finished."""
@@ -98,7 +117,14 @@ class Engine:
                 sampled.append(int(step.tokens[index]))
                 self._record_sample(item.seq, step, index, logprobs)
         grown = self.scheduler.update(output, sampled)
-        return [self._output_for(seq, logprobs.get(seq.request_id)) for seq in grown]
+        outputs = [self._output_for(seq, logprobs.get(seq.request_id)) for seq in grown]
+        return outputs + [self._finish_prefill_only(item.seq) for item in output.scheduled
+                          if item.seq.is_prefill_only_done]
+
+    def _finish_prefill_only(self, seq: Sequence) -> RequestOutput:
+        """A max_tokens 0 request whose prompt is computed: done, with no output token."""
+        self.scheduler.finish(seq, "length")
+        return self._finish_output(seq, [])
 
     def _record_sample(self, seq: Sequence, step: StepOutput, index: int, logprobs: dict) -> None:
         """Keep the row's Mirostat state, and its logprobs when the request asked for them."""

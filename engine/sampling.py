@@ -111,7 +111,9 @@ def penalised(logits, arrays: SamplingArrays):
     uses_penalties = jnp.any((arrays.frequency_penalty != 0) | (arrays.presence_penalty != 0)
                              | (arrays.repetition_penalty != 1))
     logits = jax.lax.cond(uses_penalties, with_penalties, lambda x: x, logits)
-    logits = apply_logit_bias(logits, arrays.bias_ids, arrays.bias_values)
+    # Skipped when no row has a bias: the scatter would copy the whole logits array.
+    logits = jax.lax.cond(jnp.any(arrays.bias_ids >= 0),
+                          lambda x: apply_logit_bias(x, arrays.bias_ids, arrays.bias_values), lambda x: x, logits)
     return apply_allowed(logits, arrays.allowed_words)
 
 
@@ -125,7 +127,7 @@ def inverse_cdf_draw(logits, uniform):
     backend): find the block of CDF_BLOCK tokens whose mass holds the draw, then the token
     within it. Zero-probability tokens are never picked."""
     rows, vocab = logits.shape
-    probs = jax.nn.softmax(logits, axis=-1)
+    probs = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))  # unnormalized: the draw scales
     num_blocks = -(-vocab // CDF_BLOCK)
     blocks = jnp.pad(probs, ((0, 0), (0, num_blocks * CDF_BLOCK - vocab))).reshape(rows, num_blocks, CDF_BLOCK)
     block_cdf = jnp.cumsum(blocks.sum(-1), axis=-1)  # [rows, blocks]

@@ -82,8 +82,16 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     def needs_sample_after(self, num_new_tokens: int) -> bool:
-        """Whether computing the next `num_new_tokens` tokens reaches the end and so samples one."""
-        return self.num_computed_tokens + num_new_tokens == len(self.token_ids)
+        """Whether computing the next `num_new_tokens` tokens reaches the end and so samples one
+        (never for max_tokens 0, which only computes the prompt)."""
+        reaches_end = self.num_computed_tokens + num_new_tokens == len(self.token_ids)
+        return reaches_end and self.sampling.max_tokens > 0
+
+    @property
+    def is_prefill_only_done(self) -> bool:
+        """A max_tokens 0 sequence, still running, whose whole prompt is computed."""
+        return (self.sampling.max_tokens == 0 and self.status is SequenceStatus.RUNNING
+                and self.num_computed_tokens == self.num_prompt_tokens)
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,22 @@ class Tokenizer:
         """Whether `encode` puts BOS first (what the post-processor does to empty text)."""
         return self.bos_token_id is not None and self.encode("")[:1] == [self.bos_token_id]
 
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes `token_id` stands for (a piece of a character possibly), or None.
+
+        Logprobs report them (OpenAI's `bytes`) because a token's text alone cannot show
+        a character split across tokens. Byte-level BPE spells every byte as one printable
+        character; other vocabularies spell raw bytes as `<0xNN>` and the rest as text."""
+        spelling = self.id_to_token(token_id)
+        if spelling is None:
+            return None
+        if isinstance(self._tokenizer.decoder, tokenizers.decoders.ByteLevel) and \
+                all(char in _BYTE_LEVEL_BYTES for char in spelling):
+            return bytes(_BYTE_LEVEL_BYTES[char] for char in spelling)
+        if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", spelling):
+            return bytes([int(spelling[3:5], 16)])
+        return self.decode([token_id]).encode("utf-8")
+
     def to_json_str(self) -> str:
         """The `tokenizers` JSON serialization (what llguidance builds its tokenizer from)."""
         return self._tokenizer.to_str()
@@ -190,6 +207,18 @@ class IncrementalDetokenizer:
 
     def _decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special_tokens)
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level spelling: printable Latin-1 bytes as themselves, the others
+    (controls, space, ...) as the characters from U+0100 on, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(others)}}
+
+
+_BYTE_LEVEL_BYTES = _byte_level_alphabet()
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -70,8 +70,15 @@ def _candidates(scores, count):
     return jax.lax.top_k(scores, min(count, scores.shape[-1]))
 
 
-def _fast_or_bisect(fast, covered, bisect):
-    """Use the candidate answer where it is exact; bisect only if some row needs it."""
+def _fast_or_bisect(fast, covered, bisect, row_size: int):
+    """Use the candidate answer where it is exact; bisect only if some row needs it.
+
+    When the candidates are the whole row (rows of at most _CANDIDATES tokens, such as the
+    sampler's narrow path) the candidate answer is the answer: a row "not covered" there
+    only lost the last bit of a sum, and its threshold is already the row's lowest score.
+    Leaving the bisection out of those programs also saves compiling it."""
+    if row_size <= _CANDIDATES:
+        return fast
     return jax.lax.cond(jnp.all(covered), lambda: fast, lambda: jnp.where(covered, fast, bisect()))
 
 
@@ -92,7 +99,8 @@ def _keep_by_mass(scores, probs, p):
     def holds(t):
         return jnp.sum(jnp.where(keys >= t[:, None], probs, 0), axis=-1) >= target
 
-    threshold = _fast_or_bisect(fast, mass[:, -1] >= target, lambda: _largest_key(keys, holds))
+    threshold = _fast_or_bisect(fast, mass[:, -1] >= target, lambda: _largest_key(keys, holds),
+                                scores.shape[-1])
     return keys >= threshold[:, None]
 
 
@@ -120,7 +128,7 @@ def apply_top_k(logits, top_k):
         fast = _ordered_keys(jnp.take_along_axis(best, jnp.minimum(k, best.shape[-1])[:, None] - 1, axis=-1)[:, 0])
         covered = (k <= best.shape[-1]) | ~active
         counts_reach_k = lambda t: jnp.sum(keys >= t[:, None], axis=-1) >= k
-        threshold = _fast_or_bisect(fast, covered, lambda: _largest_key(keys, counts_reach_k))
+        threshold = _fast_or_bisect(fast, covered, lambda: _largest_key(keys, counts_reach_k), vocab)
         return _masked(logits, keys >= threshold[:, None], active)
 
     return _skip_unless_used(active, filtered, logits)

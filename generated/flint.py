@@ -982,12 +982,13 @@ class DetokenizeResponse(BaseModel):
 
 class HealthStatus(StrEnum):
     """
-    `ok`: serving; `starting`: loading or compiling; `draining`: finishing requests before shutdown.
+    `ok`: serving; `starting`: loading or compiling; `draining`: finishing requests before shutdown; `failed`: the model could not be loaded (the server exits).
     """
 
     OK = "ok"
     STARTING = "starting"
     DRAINING = "draining"
+    FAILED = "failed"
 
 
 class HealthResponse(BaseModel):

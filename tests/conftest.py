@@ -3,7 +3,10 @@ embedded SmolLM2 checkpoint and tokenizer (loaded once per session), and tiny ra
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,36 @@ for path in (ROOT, ROOT / "tests"):
 
 from engine.engine import tokenizer_for  # noqa: E402  (after the sys.path setup above)
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+from postgres_server import BACKENDS, empty_store_url, postgres_database  # noqa: E402
+
+
+def pytest_configure(config) -> None:
+    """Every server a test starts (in process or as a `flint serve` subprocess) keeps its
+    store in a throwaway data directory, never in the user's ~/.local/share/flint."""
+    os.environ["FLINT_DATA_DIR"] = tempfile.mkdtemp(prefix="flint-test-data-")
+    use_compilation_cache(ROOT / ".pytest_cache" / "jax")
+
+
+def use_compilation_cache(directory: Path) -> None:
+    """Keep compiled XLA programs on disk, for this process and the servers it starts.
+
+    Many tests build engines of the same shapes (each app compiles its buckets anew), and
+    compiling dominates the suite's time on a 2-core machine: a cached bucket loads in
+    about 2 s instead of 15. Entries are keyed by the program and the jax version, so a
+    stale entry can't be used."""
+    import jax
+
+    settings = {"JAX_COMPILATION_CACHE_DIR": str(directory),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    os.environ.update(settings)  # subprocesses (`flint serve`, the mesh check) read these
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(os.environ.pop("FLINT_DATA_DIR", ""), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +58,16 @@ def smollm2_checkpoint() -> Checkpoint:
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_checkpoint):
     return tokenizer_for(smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL database for the store tests (tests/postgres_server.py says where from);
+    skips, saying why, when no PostgreSQL server can be had."""
+    yield from postgres_database()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request, tmp_path) -> str:
+    """An empty store's URL, once on SQLite and once on PostgreSQL."""
+    return empty_store_url(request, tmp_path)

@@ -19,7 +19,7 @@ def describe(server: ServerState) -> Model:
         created=server.started_at,
         owned_by="flint",
         root=str(source.path),
-        max_model_len=source.context_length,
+        max_model_len=server.max_model_len,  # what the engine serves: capped at the model's context
     )
 
 

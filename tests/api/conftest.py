@@ -8,6 +8,7 @@ from litestar.testing import TestClient
 from api.app import create_app
 from api.settings import Settings
 from engine.engine import Engine
+from engine.request import Request
 from api_helpers import TINY_ENGINE, wait_until_serving
 from tiny_models import tiny_checkpoint
 
@@ -33,3 +34,39 @@ def tiny_client(tiny_app_factory):
     with TestClient(app=tiny_app_factory()) as client:
         wait_until_serving(client)
         yield client
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_client(tiny_app_factory):
+    """One started tiny-model app shared by every module that needs no settings of its own
+    (each app compiles its engine, which costs tens of seconds on a small CPU)."""
+    with TestClient(app=tiny_app_factory()) as client:
+        wait_until_serving(client, timeout=600)  # a generous bound: the machine may be busy
+        yield client
+
+
+@pytest.fixture(scope="module")
+def client(shared_tiny_client):
+    """The app a module's tests talk to: the shared one, unless the module defines its own."""
+    return shared_tiny_client
+
+
+@pytest.fixture(scope="module")
+def tokenizer(client):
+    """The tokenizer of the module's app."""
+    return client.app.state.server.tokenizer
+
+
+@pytest.fixture
+def engine_requests(client, monkeypatch) -> list[Request]:
+    """Every engine Request the module's `client` app makes while the test runs."""
+    engine = client.app.state.server.running_engine
+    seen: list[Request] = []
+    original = engine.generate
+
+    def generate(request: Request):
+        seen.append(request)
+        return original(request)
+
+    monkeypatch.setattr(engine, "generate", generate)
+    return seen

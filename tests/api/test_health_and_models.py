@@ -40,7 +40,8 @@ def test_models_lists_the_embedded_model(client, prefix):
     assert listing.object == "list"
     assert [m.id for m in listing.data] == [MODEL_ID]
     model = listing.data[0]
-    assert model.object == "model" and model.max_model_len == 8192
+    # The engine's max_model_len (TINY_ENGINE's), below the GGUF's 8192-token context.
+    assert model.object == "model" and model.max_model_len == TINY_ENGINE.max_model_len
     assert model.root.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
@@ -67,9 +68,10 @@ def test_a_custom_model_is_served(tmp_path, tiny_app_factory):
 
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    # A context shorter than the engine's max_model_len caps what is served.
+    (model_dir / "config.json").write_text(json.dumps({"max_position_embeddings": 128}))
     app = tiny_app_factory(Settings(model=str(model_dir), engine=TINY_ENGINE))
     with TestClient(app=app) as client:
         wait_until_serving(client)
         data = client.get("/v1/models").json()["data"]
-    assert [(m["id"], m["max_model_len"]) for m in data] == [("my-model", 512)]
+    assert [(m["id"], m["max_model_len"]) for m in data] == [("my-model", 128)]

@@ -2,51 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-FLINT = shutil.which("flint", path=str(Path(sys.executable).parent))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_health(base_url: str, process: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError("flint serve did not become healthy")
+from flint_process import FLINT, free_port, start_flint, wait_for_health
 
 
 @pytest.fixture(scope="module")
-def server():
-    assert FLINT, "the flint console script is not installed in this environment"
+def server(tmp_path_factory):
     port = free_port()
-    process = subprocess.Popen(
-        [FLINT, "serve", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-    )
+    log_path = tmp_path_factory.mktemp("serve") / "flint.log"
+    process = start_flint(["--host", "127.0.0.1", "--port", str(port)], log_path)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_health(base_url, process)
+        wait_for_health(base_url, process, log_path, timeout=900)
         yield base_url
     finally:
         process.send_signal(signal.SIGINT)

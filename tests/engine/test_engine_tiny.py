@@ -107,3 +107,22 @@ def test_length_is_capped_by_max_model_len(roomy):
     prompt = list(range(1, 250))
     out = roomy.generate([Request("near-limit", prompt, SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))])
     assert len(out["near-limit"]) == ROOMY.max_model_len - len(prompt)
+
+
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(roomy):
+    """lm-eval's loglikelihood call: a prefill (here in two chunks) with prompt logprobs only."""
+    prompt = [(7 * i + 3) % 500 + 1 for i in range(200)]
+    free_before = roomy.block_manager.num_free_pages
+    for request in (Request("score", prompt, SamplingParams(max_tokens=0, prompt_logprobs=2)),
+                    Request("sample", prompt, SamplingParams(temperature=0.0, max_tokens=3, prompt_logprobs=2))):
+        roomy.add_request(request)
+    outputs = {"score": [], "sample": []}
+    for output in iter_outputs(roomy):
+        outputs[output.request_id].append(output)
+    (only,) = outputs["score"]
+    assert only.finish_reason == "length" and only.new_token_ids == [] and only.num_output_tokens == 0
+    # The same prompt scored by a request that also generates gives the same logprobs.
+    reference = outputs["sample"][0].prompt_logprobs
+    assert [e.token_id for e in only.prompt_logprobs] == prompt[1:] == [e.token_id for e in reference]
+    assert [e.logprob for e in only.prompt_logprobs] == pytest.approx([e.logprob for e in reference], abs=1e-5)
+    assert roomy.block_manager.num_free_pages == free_before  # its pages are back

@@ -83,6 +83,21 @@ def test_smollm_round_trips_and_matches_the_original_pipeline(smollm, smollm_ori
     assert smollm.decode(ids) == text
 
 
+@pytest.mark.parametrize("text", TEXTS)
+def test_smollm_token_bytes_join_to_the_text(smollm, text):
+    # Each token's bytes, even a piece of a character, concatenate to the UTF-8 text.
+    ids = smollm.encode(text, add_special_tokens=False)
+    assert b"".join(smollm.token_bytes(i) for i in ids) == text.encode("utf-8")
+    assert smollm.token_bytes(smollm.vocab_size) is None
+
+
+def test_byte_fallback_vocabularies_give_the_byte(tmp_path):
+    # A SentencePiece-style vocabulary spells raw bytes as <0xNN>.
+    vocab = {"<unk>": 0, "<0x0A>": 1, "▁hi": 2}
+    tok = Tokenizer(tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>")))
+    assert tok.token_bytes(1) == b"\n"
+
+
 def test_smollm_splits_digits_and_keeps_leading_spaces(smollm, vocab):
     assert smollm.encode("2024") == [vocab.index(d) for d in "2024"]
     assert smollm.encode(" hello") == [vocab.index("Ġhello")]

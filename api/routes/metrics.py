@@ -1,0 +1,14 @@
+"""GET /metrics: Prometheus text exposition (open without an API key, like /health)."""
+
+from __future__ import annotations
+
+from litestar import Response, get
+from litestar.datastructures import State
+
+from api.metrics import CONTENT_TYPE
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics(state: State) -> Response[bytes]:
+    server = state.server
+    return Response(server.metrics.render(server.engine_stats()), media_type=CONTENT_TYPE)

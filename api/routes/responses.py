@@ -1,0 +1,72 @@
+"""The Responses API: POST /v1/responses (whole or streamed), and the stored responses'
+retrieval, deletion and input items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import State
+from litestar.params import FromPath
+
+from api.admission import admit
+from api.errors import ApiError
+from api.generation import Generation
+from api.responses_object import ResponseIdentity
+from api.responses_request import parse_response_request, plan_response
+from api.responses_store import delete_response, input_items_page, previous_response, stored_response
+from api.responses_stream import ResponseEventWriter, whole_response
+from api.sse import prefetched, sse_response
+from api.state import ServerState
+from api.validation import parse_query, read_json_body
+from generated.flint import (
+    ListOrder,
+    V1ResponsesResponseIdGetParametersQuery as RetrieveQuery,
+    V1ResponsesResponseIdInputItemsGetParametersQuery as InputItemsQuery,
+)
+
+PATH = "/responses/{response_id:str}"
+
+
+@post("/responses", status_code=200)
+async def create_response(request: Request, state: State) -> Response:
+    server: ServerState = state.server
+    body = parse_response_request(await read_json_body(request))
+    server.require_model(body.model)
+    plan = plan_response(server, body, await previous_response(server, body.previous_response_id))
+    admit(server)
+    generation = Generation(server, [plan.choice])
+    identity = ResponseIdentity(model=server.model.id, id=f"resp_{generation.request_id}")
+    if plan.stream:
+        writer = ResponseEventWriter(server, identity, plan)
+        return sse_response(await prefetched(writer.events(generation)), named=True)
+    return Response(await whole_response(server, identity, plan, generation))
+
+
+def refuse_include(request: Request, reason: str) -> None:
+    """`include` (`include=...` or `include[]=...`) asks for extra data a stored object lacks."""
+    if any(name.partition("[")[0] == "include" for name in request.query_params):
+        raise ApiError(400, f"`include` is not supported here: {reason}", param="include")
+
+
+@get(PATH)
+async def retrieve_response(response_id: FromPath[str], request: Request, state: State) -> dict[str, Any]:
+    refuse_include(request, "a stored response holds what its request included")
+    parse_query(RetrieveQuery, request)
+    return await stored_response(state.server, response_id)
+
+
+@delete(PATH, status_code=200)
+async def delete_stored_response(response_id: FromPath[str], state: State) -> dict[str, Any]:
+    return await delete_response(state.server, response_id)
+
+
+@get(PATH + "/input_items")
+async def list_input_items(response_id: FromPath[str], request: Request, state: State) -> dict[str, Any]:
+    refuse_include(request, "input items are listed as they were given")
+    query = parse_query(InputItemsQuery, request)
+    order = ListOrder(query.order or ListOrder.DESC).value  # the spec's default: newest first
+    return await input_items_page(state.server, response_id, query.after, query.limit or 20, order)
+
+
+RESPONSES_HANDLERS = [create_response, retrieve_response, delete_stored_response, list_input_items]

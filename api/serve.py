@@ -1,0 +1,149 @@
+"""`flint serve`: settings from the command line, and uvicorn with Flint's shutdown rules.
+
+On SIGTERM or Ctrl-C the API turns to 503 "draining" at once; uvicorn stops accepting
+connections and gives in-flight requests up to `--shutdown-timeout` seconds before
+cancelling them; then the app's shutdown hook stops the engine and the process exits 0.
+A model that fails to load ends the process with status 1."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from api.settings import MIB, Settings
+from engine.config import EngineConfig
+
+if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
+    from api.lifecycle import EngineLifecycle
+
+DTYPES = ("float32", "bfloat16", "float16")
+EXIT_LOAD_FAILED = 1
+EXIT_BAD_ARGUMENTS = 2
+EXIT_STARTUP_FAILED = 3  # uvicorn's own status when it cannot start (the port is taken, ...)
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    server, engine = Settings(), EngineConfig()
+    serve.add_argument("--host", default=server.host, help="address to bind (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=server.port, help="port to bind (default: %(default)s)")
+    serve.add_argument("--api-key", default=os.environ.get("FLINT_API_KEY") or None,
+                       help="require this key on /v1 requests (Authorization: Bearer, or x-api-key); "
+                            "default: $FLINT_API_KEY, else no key")
+    serve.add_argument("--max-waiting", type=at_least(0), default=server.max_waiting,
+                       help="queued generation requests before new ones get 429 (default: %(default)s)")
+    serve.add_argument("--shutdown-timeout", type=at_least(0, float), default=server.shutdown_timeout,
+                       help="seconds in-flight requests may take to finish after SIGTERM (default: %(default)s)")
+    serve.add_argument("--max-body-bytes", type=at_least(1), default=server.max_body_bytes,
+                       help=f"largest request body; larger ones get 413 "
+                            f"(default: %(default)s, {server.max_body_bytes // MIB} MiB)")
+    serve.add_argument("--max-model-len", type=at_least(2), default=engine.max_model_len,
+                       help="longest sequence, prompt and output; capped at the model's context length "
+                            "(default: %(default)s)")
+    serve.add_argument("--max-num-seqs", type=at_least(1), default=engine.max_num_seqs,
+                       help="most requests computed at once (default: %(default)s)")
+    serve.add_argument("--max-num-batched-tokens", type=at_least(1), default=engine.max_num_batched_tokens,
+                       help="most tokens per engine step; one compiled shape per power of two up to it "
+                            "(default: %(default)s)")
+    serve.add_argument("--num-pages", type=at_least(2), default=None,
+                       help=f"KV-cache pages of {engine.page_size} tokens (default: room for --max-num-seqs "
+                            "sequences of a quarter of --max-model-len each, and for one full-length one)")
+    serve.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
+                       help="compute dtype: float32 is fastest on CPU, bfloat16 on GPUs (default: %(default)s)")
+    serve.add_argument("--no-prefix-caching", action="store_true",
+                       help="do not reuse KV pages of shared prompt prefixes")
+    serve.add_argument("--data-dir", default=server.data_dir,
+                       help="where stored chat completions and responses are kept, in the SQLite file "
+                            "flint.db (default: $FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, else "
+                            "~/.local/share/flint; now %(default)s)")
+    serve.add_argument("--store-url", default=os.environ.get("FLINT_STORE_URL") or None,
+                       help="a database URL replacing the SQLite file, e.g. "
+                            "postgresql+asyncpg://user:password@host:5432/flint (default: $FLINT_STORE_URL)")
+
+
+def at_least(minimum: int, kind: type = int):
+    def parse(text: str):
+        value = kind(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+    return parse
+
+
+def default_num_pages(max_model_len: int, max_num_seqs: int, page_size: int) -> int:
+    """Room for every sequence at a quarter of max_model_len (requests are rarely all full
+    length, and the scheduler preempts when pages run out), and always for one full-length
+    sequence; plus the null page."""
+    pages_per_seq = -(-max_model_len // page_size)
+    return max(pages_per_seq, max_num_seqs * pages_per_seq // 4) + 1
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Raises ValueError when the engine flags contradict each other."""
+    page_size = EngineConfig.page_size
+    num_pages = args.num_pages or default_num_pages(args.max_model_len, args.max_num_seqs, page_size)
+    engine = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                          max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
+                          dtype=args.dtype, enable_prefix_caching=not args.no_prefix_caching)
+    return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
+                    max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
+                    max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url)
+
+
+class FlintServer(uvicorn.Server):
+    """uvicorn, told when to drain the API and when the engine failed to load."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: EngineLifecycle) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        self.load_failed = False
+        lifecycle.on_failure = self.fail
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.lifecycle.drain()
+        # As uvicorn's own handler, except that it does not record the signal: uvicorn
+        # re-raises recorded signals after shutting down, and a SIGTERM answered by an
+        # orderly shutdown should end the process with status 0, not die of the signal.
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+    def fail(self, _: BaseException) -> None:
+        self.load_failed = True
+        self.should_exit = True
+
+    def exit_status(self) -> int:
+        if not self.started:
+            return EXIT_STARTUP_FAILED
+        return EXIT_LOAD_FAILED if self.load_failed else 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from api.app import create_app
+    from engine.loader.source import ModelNotFoundError
+
+    try:
+        settings = settings_from_args(args)
+        app = create_app(settings)
+    except (ModelNotFoundError, ValueError) as error:
+        print(f"flint: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            timeout_graceful_shutdown=settings.shutdown_timeout)
+    server = FlintServer(config, app.state.lifecycle)
+    server.run()
+    status = server.exit_status()
+    if app.state.lifecycle.is_loading:
+        # Stopped while the model compiles. The compile cannot be interrupted, and a thread
+        # still inside XLA when the interpreter finalizes aborts the process; leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+

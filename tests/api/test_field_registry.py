@@ -1,0 +1,133 @@
+"""The field registry covers every field of every generated request model of a served route,
+names a test that exists for each handled field, and names a field a spec change adds."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from api import registry
+from api.app import API_PREFIXES, create_app
+from api.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def spec_request_models(spec_dir: Path) -> list[tuple[str, str, str, str]]:
+    """(generated module, class, method, path) of every request body the specs define: the
+    OpenAPI operations' requestBody schemas and the AsyncAPI channels' published messages."""
+    found = []
+    for path in sorted((spec_dir / "openapi").glob("*.yaml")):
+        document = yaml.safe_load(path.read_text())
+        module = path.stem.replace("-", "_")
+        for route, operations in document.get("paths", {}).items():
+            for method in HTTP_METHODS:
+                body = (operations.get(method) or {}).get("requestBody", {})
+                for media in body.get("content", {}).values():
+                    found.append((module, media["schema"]["$ref"].rsplit("/", 1)[-1], method, route))
+    for path in sorted((spec_dir / "asyncapi").glob("*.yaml")):
+        document = yaml.safe_load(path.read_text())
+        messages = document.get("components", {}).get("messages", {})
+        for channel, item in document.get("channels", {}).items():
+            message_name = item["publish"]["message"]["$ref"].rsplit("/", 1)[-1]
+            payload = messages[message_name]["payload"]
+            schema = payload["$ref"].rsplit("/", 1)[-1] if "$ref" in payload else message_name
+            method = item["bindings"]["http"]["method"].lower()
+            found.append((path.stem.replace("-", "_"), schema, method, "/v1" + channel))
+    return found
+
+
+def served_routes() -> set[tuple[str, str]]:
+    """(method, path) the app answers, with its API paths under /v1."""
+    app = create_app(Settings(), engine_factory=lambda settings: None)  # never started
+    routes = set()
+    for route in app.routes:
+        for method in getattr(route, "methods", ()):
+            routes.add((method.lower(), re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)))
+    return routes
+
+
+def spec_path_pattern(path: str) -> str:
+    return re.sub(r"\{\w+\}", "{}", path)
+
+
+def is_served(method: str, path: str, routes) -> bool:
+    wanted = spec_path_pattern(path)
+    return any(m == method and spec_path_pattern(p) == wanted for m, p in routes)
+
+
+REQUEST_MODELS = spec_request_models(ROOT / "spec")
+
+
+def generated_class(module: str, name: str):
+    return getattr(importlib.import_module(f"generated.{module}"), name)
+
+
+def test_the_specs_define_the_request_models_this_test_walks():
+    names = {(module, name) for module, name, _, _ in REQUEST_MODELS}
+    assert ("fireworks_completions", "CompletionRequest") in names
+    assert ("friendli_container_completions", "ContainerCompletionsBody") in names
+    assert ("fireworks_streaming", "CompletionRequest") in names
+
+
+@pytest.mark.parametrize("module, name, method, path", REQUEST_MODELS,
+                         ids=[f"{m}.{n}" for m, n, _, _ in REQUEST_MODELS])
+def test_every_field_of_a_served_request_model_is_handled_or_refused(module, name, method, path):
+    registry.load_dialects()
+    model = generated_class(module, name)
+    if not is_served(method, path, served_routes()):
+        assert registry.not_served_reason(model) or not registry.unregistered_fields(model), (
+            f"{method.upper()} {path} is not served: list {name} with registry.not_served(reason)")
+        return
+    assert registry.not_served_reason(model) is None, f"{name} is served: drop its not_served entry"
+    assert registry.unregistered_fields(model) == [], "decide on each: handled (with its test) or refused"
+
+
+def test_every_handled_field_names_a_test_that_exists():
+    registry.load_dialects()
+    for model_key, fields in registry.all_handled().items():
+        for field, test in fields.items():
+            file, _, function = test.partition("::")
+            source = (ROOT / file).read_text() if (ROOT / file).is_file() else ""
+            assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"{model_key}.{field}: no test {test}"
+
+
+def test_the_completions_route_is_served_under_both_prefixes():
+    routes = served_routes()
+    assert all(("post", f"{prefix}/completions") in routes for prefix in API_PREFIXES)
+
+
+def test_a_field_added_to_a_spec_is_named_until_decided(tmp_path):
+    """The regenerate-on-spec-change workflow: edit spec/, run codegen, this test names the field."""
+    shutil.copytree(ROOT / "spec", tmp_path / "spec")
+    (tmp_path / "generated").mkdir()
+    spec_file = tmp_path / "spec/openapi/fireworks-completions.yaml"
+    document = yaml.safe_load(spec_file.read_text())
+    document["components"]["schemas"]["CompletionRequest"]["properties"]["brand_new_knob"] = {
+        "type": "integer", "title": "Brand New Knob"}
+    spec_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    subprocess.run([sys.executable, str(ROOT / "tools/codegen.py"), "--root", str(tmp_path)], check=True,
+                   capture_output=True)
+    module_path = tmp_path / "generated/fireworks_completions.py"
+    spec = importlib.util.spec_from_file_location("regenerated.fireworks_completions", module_path)
+    regenerated = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = regenerated  # pydantic resolves the module's annotations through it
+    try:
+        spec.loader.exec_module(regenerated)
+    finally:
+        del sys.modules[spec.name]
+
+    registry.load_dialects()
+    assert registry.unregistered_fields(regenerated.CompletionRequest) == ["CompletionRequest.brand_new_knob"]
+    # And a request that uses it is refused, naming it, rather than silently ignored.
+    with pytest.raises(registry.ApiError) as refused:
+        registry.refuse_unsupported([regenerated.CompletionRequest], {"brand_new_knob"}, {"brand_new_knob": 3})
+    assert refused.value.body.error.param == "brand_new_knob"

@@ -1,0 +1,118 @@
+"""/metrics: Prometheus text with request counters, latency histograms and engine gauges."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.metrics import Metrics
+from api.settings import Settings
+from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
+from engine.engine import Engine, EngineStats
+from engine.request import Request, SamplingParams
+from tiny_models import tiny_checkpoint
+
+GAUGES = ("flint:num_requests_running", "flint:num_requests_waiting", "flint:kv_cache_usage_perc")
+COUNTERS = ("flint:prompt_tokens", "flint:generation_tokens")
+HISTOGRAMS = ("flint:time_to_first_token_seconds", "flint:time_per_output_token_seconds",
+              "flint:e2e_request_latency_seconds")
+
+
+def samples(text: str) -> dict[str, float]:
+    """Every sample by name (histogram buckets by name and bound), parsed as Prometheus does."""
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            bound = sample.labels.get("le")
+            values[sample.name if bound is None else f"{sample.name}{{le={bound}}}"] = sample.value
+    return values
+
+
+@pytest.fixture(scope="module")
+def client(tiny_app_factory):
+    with TestClient(app=tiny_app_factory(Settings(engine=ONE_BUCKET_ENGINE))) as client:
+        wait_until_serving(client)
+        yield client
+
+
+def scrape(client) -> dict[str, float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return samples(response.text)
+
+
+def test_every_metric_is_exposed_and_idle(client):
+    values = scrape(client)
+    for gauge in GAUGES:
+        assert values[gauge] == 0
+    for counter in COUNTERS:
+        assert f"{counter}_total" in values
+    for histogram in HISTOGRAMS:
+        assert f"{histogram}_count" in values and f"{histogram}_sum" in values
+
+
+def test_a_completion_is_counted(client):
+    before = scrape(client)
+    response = client.post("/v1/completions", json={"prompt": "Count these tokens", "max_tokens": 4,
+                                                    "ignore_eos": True, "n": 2})
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    after = scrape(client)
+
+    def grew(name: str) -> float:
+        return after[name] - before[name]
+
+    # Each of the n choices is one engine request, with its own prompt tokens.
+    assert grew("flint:prompt_tokens_total") == 2 * usage["prompt_tokens"]
+    assert grew("flint:generation_tokens_total") == usage["completion_tokens"] == 8
+    for histogram in HISTOGRAMS:
+        assert grew(f"{histogram}_count") == 2
+        assert grew(f"{histogram}_sum") > 0
+    assert after["flint:time_to_first_token_seconds_sum"] <= after["flint:e2e_request_latency_seconds_sum"]
+    assert after["flint:num_requests_running"] == 0 and after["flint:kv_cache_usage_perc"] == 0
+
+
+def test_record_request_fills_counters_and_histograms():
+    metrics = Metrics()
+    metrics.record_request(prompt_tokens=7, generation_tokens=3, time_to_first_token=0.2,
+                           time_per_output_token=0.05, e2e_latency=0.3)
+    # An aborted request before its first token: counted, with no token times to observe.
+    metrics.record_request(prompt_tokens=5, generation_tokens=0, time_to_first_token=None,
+                           time_per_output_token=None, e2e_latency=1.5)
+    values = samples(metrics.render(EngineStats(num_running=3, num_waiting=2, kv_cache_usage=0.25)).decode())
+    assert values["flint:prompt_tokens_total"] == 12 and values["flint:generation_tokens_total"] == 3
+    assert values["flint:time_to_first_token_seconds_count"] == 1
+    assert values["flint:time_to_first_token_seconds_sum"] == pytest.approx(0.2)
+    assert values["flint:time_to_first_token_seconds_bucket{le=0.25}"] == 1
+    assert values["flint:time_to_first_token_seconds_bucket{le=0.1}"] == 0
+    assert values["flint:time_per_output_token_seconds_count"] == 1
+    assert values["flint:e2e_request_latency_seconds_count"] == 2
+    assert values["flint:e2e_request_latency_seconds_sum"] == pytest.approx(1.8)
+    assert (values["flint:num_requests_running"], values["flint:num_requests_waiting"],
+            values["flint:kv_cache_usage_perc"]) == (3, 2, 0.25)
+
+
+def test_each_app_counts_alone():
+    first, second = Metrics(), Metrics()
+    first.record_request(prompt_tokens=4, generation_tokens=1, time_to_first_token=None,
+                         time_per_output_token=None, e2e_latency=0.1)
+    idle = EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+    assert samples(second.render(idle).decode())["flint:prompt_tokens_total"] == 0
+
+
+def test_engine_stats_follow_the_scheduler(smollm2_tokenizer):
+    config = ONE_BUCKET_ENGINE  # never compiled: only the scheduler and block manager run
+    engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
+    assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+    for index in range(2):
+        engine.add_request(Request(f"r{index}", list(range(10, 34)), SamplingParams(max_tokens=4)))
+    assert engine.stats().num_waiting == 2
+    engine.scheduler.schedule()  # both 24-token prompts fit the 64-token step
+    pages_per_prompt = -(-24 // config.page_size)
+    stats = engine.stats()
+    assert (stats.num_running, stats.num_waiting) == (2, 0)
+    assert stats.kv_cache_usage == pytest.approx(2 * pages_per_prompt / (config.num_pages - 1))
+    engine.abort("r0"), engine.abort("r1")
+    assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)

@@ -1,0 +1,70 @@
+"""`flint serve` flags to Settings, and the max_model_len actually served."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.cli import build_parser
+from api.serve import default_num_pages, serve, settings_from_args
+from api.settings import MIB, Settings
+from engine.config import EngineConfig
+
+
+def parse(*flags: str) -> Settings:
+    return settings_from_args(build_parser().parse_args(["serve", *flags]))
+
+
+def test_defaults(monkeypatch):
+    monkeypatch.delenv("FLINT_API_KEY", raising=False)
+    settings = parse()
+    engine = EngineConfig()
+    assert settings.api_key is None and settings.max_waiting == 256
+    assert settings.shutdown_timeout == 30 and settings.max_body_bytes == 16 * MIB
+    assert settings.engine == EngineConfig(num_pages=default_num_pages(engine.max_model_len, engine.max_num_seqs,
+                                                                       engine.page_size))
+
+
+def test_every_flag_reaches_the_settings(monkeypatch):
+    monkeypatch.delenv("FLINT_API_KEY", raising=False)
+    settings = parse("--model", "m.gguf", "--host", "0.0.0.0", "--port", "9000", "--api-key", "k",
+                     "--max-waiting", "3", "--shutdown-timeout", "2.5", "--max-body-bytes", "1000",
+                     "--max-model-len", "512", "--max-num-seqs", "4", "--max-num-batched-tokens", "32",
+                     "--num-pages", "100", "--dtype", "bfloat16", "--no-prefix-caching")
+    assert settings == Settings(
+        host="0.0.0.0", port=9000, model="m.gguf", api_key="k", max_waiting=3, shutdown_timeout=2.5,
+        max_body_bytes=1000, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
+                                                 num_pages=100, dtype="bfloat16", enable_prefix_caching=False))
+
+
+def test_the_api_key_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("FLINT_API_KEY", "from-env")
+    assert parse().api_key == "from-env"
+    assert parse("--api-key", "from-flag").api_key == "from-flag"
+
+
+def test_default_num_pages_fit_a_quarter_of_every_sequence_and_one_whole():
+    assert default_num_pages(2048, 64, 16) == 64 * 128 // 4 + 1
+    assert default_num_pages(256, 1, 16) == 16 + 1  # one full-length sequence at least
+    EngineConfig(max_model_len=2048, max_num_seqs=1, max_num_batched_tokens=8,
+                 num_pages=default_num_pages(2048, 1, 16))  # valid: EngineConfig checks the fit
+
+
+@pytest.mark.parametrize("flags", [["--max-waiting", "-1"], ["--max-num-seqs", "0"], ["--dtype", "int4"]])
+def test_bad_values_are_refused_by_the_parser(flags):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["serve", *flags])
+    assert exit_.value.code == 2
+
+
+def test_contradicting_engine_flags_exit_2(capsys):
+    args = build_parser().parse_args(["serve", "--max-num-seqs", "8", "--max-num-batched-tokens", "4"])
+    assert serve(args) == 2
+    assert "max_num_seqs" in capsys.readouterr().err
+
+
+def test_max_model_len_is_capped_at_the_models_context():
+    settings = Settings(engine=EngineConfig(max_model_len=4096, num_pages=2048))
+    assert settings.served(8192) is settings
+    assert settings.served(None) is settings
+    assert settings.served(1024).engine.max_model_len == 1024
+    assert settings.served(1024).engine.num_pages == 2048

@@ -1,0 +1,68 @@
+"""A live server for end-to-end tests: uvicorn on a free loopback port, in a background
+thread of the test process, serving the embedded SmolLM2-135M-Instruct.
+
+One server per session, shared by every module that asks for `live_server` (its base URL);
+`live_state` gives the server's ServerState, to look at the engine from the test. The
+engine is small (16 sequences, two compiled token buckets) to keep start-up short."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.settings import Settings
+from api.state import ServerState
+from engine.config import EngineConfig
+from flint_process import free_port
+
+LIVE_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=128,
+                           token_buckets=(32, 128), num_pages=400)
+START_TIMEOUT = 900  # seconds: compiling SmolLM2 on a busy 2-core machine is slow
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    base_url: str
+    state: ServerState
+
+
+@pytest.fixture(scope="session")
+def live(smollm2_checkpoint, tmp_path_factory) -> LiveServer:
+    port = free_port()
+    # Stored chat completions and responses go to a SQLite store of this session's own.
+    app = create_app(Settings(engine=LIVE_ENGINE, data_dir=str(tmp_path_factory.mktemp("live-data"))))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
+    thread.start()
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT
+    while not server.started or httpx.get(f"{base_url}/health", timeout=5).status_code != 200:
+        assert thread.is_alive() and time.monotonic() < deadline, "the live server did not start"
+        time.sleep(0.2)
+    yield LiveServer(base_url, app.state.server)
+    server.should_exit = True
+    thread.join(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def live_server(live) -> str:
+    """The live server's base URL (http://127.0.0.1:PORT; the API is under /v1)."""
+    return live.base_url
+
+
+@pytest.fixture(scope="session")
+def live_state(live) -> ServerState:
+    return live.state
+
+
+@pytest.fixture(scope="session")
+def sdk(live_server) -> openai.OpenAI:
+    """The `openai` SDK pointed at the live server (modules may define their own `sdk`)."""
+    return openai.OpenAI(base_url=f"{live_server}/v1", api_key="not-needed", max_retries=0)

@@ -1,0 +1,81 @@
+"""Clients that go away mid-stream free the engine: their requests stop running and their
+KV pages return, as /metrics shows; and a full engine queue answers 429. Against the
+session's live server (tests/e2e/conftest.py): a real socket close is needed, which the
+in-process test client does not propagate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+NUM_STREAMS = 16
+MAX_TOKENS = 480  # long enough that no stream finishes by itself during the test
+
+
+@pytest.fixture(scope="module")
+def server(live):
+    """The live server, checked to run all the streams at once (each must get a first chunk)."""
+    assert live.state.settings.engine.max_num_seqs >= NUM_STREAMS
+    assert live.state.max_model_len > MAX_TOKENS + 16
+    return live
+
+
+def gauges(base_url: str) -> dict[str, float]:
+    text = httpx.get(f"{base_url}/metrics").text
+    return {family.name: family.samples[0].value for family in text_string_to_metric_families(text)
+            if family.type == "gauge" and family.name.startswith("flint:")}
+
+
+def open_stream(client: httpx.Client) -> tuple[httpx.Response, Iterator[str]]:
+    """A streaming completion whose first chunk has arrived, left unread after it. The line
+    iterator is returned to be kept: discarding it would already close the response."""
+    body = {"prompt": "Tell me a long story", "max_tokens": MAX_TOKENS, "ignore_eos": True, "stream": True}
+    response = client.send(client.build_request("POST", "/v1/completions", json=body), stream=True)
+    assert response.status_code == 200
+    lines = response.iter_lines()
+    assert next(lines).startswith("data: ")
+    return response, lines
+
+
+def test_dropped_streams_free_the_engine_within_2_seconds(server):
+    base_url = server.base_url
+    idle = gauges(base_url)
+    assert idle["flint:num_requests_running"] == 0
+    with httpx.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(NUM_STREAMS) as pool:
+        streams = list(pool.map(lambda _: open_stream(client), range(NUM_STREAMS)))
+        busy = gauges(base_url)
+        assert busy["flint:num_requests_running"] == NUM_STREAMS
+        assert busy["flint:kv_cache_usage_perc"] > idle["flint:kv_cache_usage_perc"]
+        for response, _ in streams:
+            response.close()  # unread: the connection is closed, not returned to the pool
+    dropped = time.monotonic()
+    while (now := gauges(base_url))["flint:num_requests_running"] or \
+            now["flint:kv_cache_usage_perc"] != idle["flint:kv_cache_usage_perc"]:
+        assert time.monotonic() - dropped < 2, f"the engine still holds dropped requests: {now}"
+        time.sleep(0.05)
+    assert now["flint:num_requests_waiting"] == 0
+
+
+def test_a_request_that_would_queue_past_max_waiting_is_429(server):
+    base_url, state = server.base_url, server.state
+    limits = state.settings
+    with httpx.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(NUM_STREAMS) as pool:
+        streams = list(pool.map(lambda _: open_stream(client), range(NUM_STREAMS)))  # the batch is full
+        state.settings = replace(limits, max_waiting=0)
+        try:
+            response = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+            assert response.status_code == 429 and response.headers["retry-after"] == "1"
+            assert response.json()["error"]["code"] == "rate_limit_exceeded"
+            chat = client.post("/v1/chat/completions", json={
+                "model": state.model.id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
+            assert chat.status_code == 429, chat.text
+        finally:
+            state.settings = limits
+            for response, _ in streams:
+                response.close()
