@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from engine.topk import top_k
+
 
 @jax.tree_util.register_dataclass
 @dataclass
@@ -70,7 +72,7 @@ def _model_logprobs(logits, token_ids, num_top: int):
     chosen_logit = _take(logits, token_ids)
     # Counting strictly greater entries makes ties share the better rank.
     rank = jnp.sum(logits > chosen_logit[:, None], axis=-1).astype(jnp.int32) + 1
-    top_logits, top_ids = jax.lax.top_k(logits, num_top)
+    top_logits, top_ids = top_k(logits, num_top)
     return (chosen_logit - log_total, rank, top_ids.astype(jnp.int32),
             top_logits - log_total[:, None])
 

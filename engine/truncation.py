@@ -14,9 +14,9 @@ the values alone:
   probable of them (all tokens tied with that least probable one survive).
 
 No vocabulary sort (a full sort measured ~1 s at 64 x 49152 on the 2-core CPU). The
-rank-based filters first read their threshold off the row's best 256 tokens (lax.top_k,
-~19 ms), which is exact whenever the threshold lies among them. Rows where it does not
-(large k, flat distributions) bisect over the float32 bit patterns mapped to
+rank-based filters first read their threshold off the row's best 256 tokens
+(engine/topk.py, ~13 ms), which is exact whenever the threshold lies among them. Rows
+where it does not (large k, flat distributions) bisect over the float32 bit patterns mapped to
 order-preserving uint32 keys: 32 halvings of the row's [min, max] key range land exactly
 on a key that occurs in the row, so the result equals the sort-based definition, not an
 approximation of it (~100-150 ms, each step one fused compare-and-reduce).
@@ -27,9 +27,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from engine.topk import top_k
+
 _NEG_INF = -jnp.inf
 _BISECTION_STEPS = 32  # key ranges are < 2**32 wide, so 32 halvings are exact
-# lax.top_k of 256 costs ~19 ms at 64 x 49152 on the 2-core CPU, against ~100-150 ms for
+# The best 256 cost ~13 ms at 64 x 49152 on the 2-core CPU, against ~100-150 ms for
 # a bisection: peaked distributions settle within these and skip the bisection.
 _CANDIDATES = 256
 
@@ -67,7 +69,7 @@ def _unnormalized_probs(logits):
 
 def _candidates(scores, count):
     """The row's `count` best scores, descending, and their indices (a partial sort)."""
-    return jax.lax.top_k(scores, min(count, scores.shape[-1]))
+    return top_k(scores, min(count, scores.shape[-1]))
 
 
 def _fast_or_bisect(fast, covered, bisect, row_size: int):

@@ -22,3 +22,9 @@ def wait_until_serving(client: TestClient, timeout: float = 120) -> None:
         assert health.json()["status"] != "failed", "the engine failed to load"
         assert time.monotonic() < deadline, "the engine did not start"
         time.sleep(0.05)
+
+
+def rendered_ids(tokenizer, messages) -> list[int]:
+    """The prompt ids of `messages` by the tokenizer's own chat template rendering: what a
+    route's rendering of the equivalent request must equal."""
+    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)

@@ -48,11 +48,6 @@ def stream(client, **fields) -> list[dict]:
     return named_events(response.text)
 
 
-def rendered_ids(tokenizer, messages) -> list[int]:
-    """The prompt ids of `messages` by the tokenizer's own chat template rendering."""
-    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)
-
-
 def greedy_text(client, prompt_ids: list[int], max_tokens: int) -> str:
     """The engine's own greedy continuation of `prompt_ids`."""
     sampling = SamplingParams(temperature=0, max_tokens=max_tokens)

@@ -12,12 +12,9 @@ import pytest
 
 from api.chat_response import token_entry
 from chat_helpers import MODEL_ID, URL, USER_HI, body, chat, engine_outputs
+from api_helpers import rendered_ids
 from engine.request import Request, SamplingParams
 from generated.openai_chat_completions import ChatCompletion
-
-
-def rendered_ids(tokenizer, messages) -> list[int]:
-    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)
 
 
 def test_every_role_renders_through_the_chat_template(client, engine_requests, smollm2_tokenizer):

@@ -7,6 +7,7 @@ run directly on the same prompt.
 
 from __future__ import annotations
 
+from api_helpers import rendered_ids
 import logging
 from dataclasses import replace
 
@@ -20,7 +21,7 @@ from api.messages_response import MessageIdentity, message
 from chat_helpers import engine_outputs
 from engine.request import Request, SamplingParams
 from generated.flint import ImageBlockParam, Message, TextBlockParam
-from messages_helpers import MODEL_ID, USER_HI, anthropic_error, body, create, rendered_ids
+from messages_helpers import MODEL_ID, USER_HI, anthropic_error, body, create
 
 
 def test_system_and_text_blocks_render_through_the_chat_template(client, engine_requests, smollm2_tokenizer):

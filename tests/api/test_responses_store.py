@@ -3,9 +3,10 @@ continuing a conversation with previous_response_id."""
 
 from __future__ import annotations
 
+from api_helpers import rendered_ids
 
 from generated.flint import ResponseItemList
-from responses_helpers import URL, create, greedy_text, output_text, refusal, rendered_ids
+from responses_helpers import URL, create, greedy_text, output_text, refusal
 
 
 def test_a_stored_response_is_retrieved_as_returned(client):
