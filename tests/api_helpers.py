@@ -24,7 +24,8 @@ def wait_until_serving(client: TestClient, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def rendered_ids(tokenizer, messages) -> list[int]:
-    """The prompt ids of `messages` by the tokenizer's own chat template rendering: what a
-    route's rendering of the equivalent request must equal."""
-    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)
+def rendered_ids(tokenizer, messages, prefill: str = "") -> list[int]:
+    """The prompt ids of `messages` by the tokenizer's own chat template rendering, opening
+    an assistant turn that starts with `prefill`: what a route's rendering of the equivalent
+    request must equal."""
+    return tokenizer.encode(tokenizer.render_chat(messages) + prefill, add_special_tokens=False)

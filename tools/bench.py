@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     sampler.add_argument("--repeats", type=int, default=5)
     sampler.add_argument("--decode-step", action=argparse.BooleanOptionalAction, default=True,
                          help="also time a SmolLM2 decode step of as many rows, for the share")
+    sampler.add_argument("--decode-context", type=int, default=200,
+                         help="cached tokens of each sequence of that decode step (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])

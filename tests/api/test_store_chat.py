@@ -5,6 +5,7 @@ app (and store) per backend."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -13,7 +14,7 @@ from litestar.testing import TestClient
 
 from api.settings import Settings
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
-from postgres_server import BACKENDS
+from postgres_server import BACKENDS, drop_tables
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
 
@@ -25,7 +26,9 @@ def client(request, tiny_app_factory):
     if request.param == "sqlite":
         yield request.getfixturevalue("shared_tiny_client")
         return
-    settings = Settings(engine=ONE_BUCKET_ENGINE, store_url=request.getfixturevalue("postgres_url"))
+    url = request.getfixturevalue("postgres_url")
+    asyncio.run(drop_tables(url))  # what other modules left in the session's database
+    settings = Settings(engine=ONE_BUCKET_ENGINE, store_url=url)
     with TestClient(app=tiny_app_factory(settings)) as client:
         wait_until_serving(client)
         yield client
