@@ -9,20 +9,22 @@ from api.app import create_app
 from api.settings import Settings
 from engine.engine import Engine
 from engine.request import Request
+from engine.tokenizer import Tokenizer
 from api_helpers import TINY_ENGINE, wait_until_serving
 from tiny_models import tiny_checkpoint
 
 @pytest.fixture(scope="session")
 def tiny_app_factory(smollm2_tokenizer):
-    """make(settings) -> an app whose engine is the tiny random model (compiled per app)."""
+    """make(settings, tokenizer) -> an app whose engine is the tiny random model (compiled
+    per app), over SmolLM2's tokenizer or another of the same vocabulary."""
     checkpoint = tiny_checkpoint(smollm2_tokenizer.vocab_size)
 
-    def engine_factory(settings: Settings) -> Engine:
-        engine = Engine(checkpoint, smollm2_tokenizer, settings.engine)
-        engine.runner.warmup()
-        return engine
+    def make(settings: Settings | None = None, tokenizer: Tokenizer | None = None):
+        def engine_factory(settings: Settings) -> Engine:
+            engine = Engine(checkpoint, tokenizer or smollm2_tokenizer, settings.engine)
+            engine.runner.warmup()
+            return engine
 
-    def make(settings: Settings | None = None):
         return create_app(settings or Settings(engine=TINY_ENGINE), engine_factory=engine_factory)
 
     return make

@@ -10,14 +10,11 @@ import pytest
 import tokenizers
 from litestar.testing import TestClient
 
-from api.app import create_app
 from api.settings import Settings
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
-from engine.engine import Engine
 from engine.gguf_vocab import special_tokens_processor
 from engine.tokenizer import Tokenizer
 from generated.flint import ErrorResponse, TokenizeResponse
-from tiny_models import tiny_checkpoint
 
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "The answer is"}]
 NO_THINKING = ("{% if add_generation_prompt and enable_thinking is defined and not enable_thinking %}"
@@ -35,15 +32,8 @@ def tokenizer(smollm2_tokenizer) -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def client(tokenizer):
-    checkpoint = tiny_checkpoint(tokenizer.vocab_size)
-
-    def engine_factory(settings: Settings) -> Engine:
-        engine = Engine(checkpoint, tokenizer, settings.engine)
-        engine.runner.warmup()
-        return engine
-
-    with TestClient(app=create_app(Settings(engine=ONE_BUCKET_ENGINE), engine_factory)) as client:
+def client(tokenizer, tiny_app_factory):
+    with TestClient(app=tiny_app_factory(Settings(engine=ONE_BUCKET_ENGINE), tokenizer)) as client:
         wait_until_serving(client)
         yield client
 

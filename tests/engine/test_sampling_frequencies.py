@@ -31,13 +31,17 @@ def top_k(scaled, k):
     return scaled >= np.sort(scaled)[-k]
 
 
-def top_p(scaled, p):
-    probs = softmax(scaled)
-    order = np.argsort(-probs)
+def kept_in_order(order, probs, p):
+    """Tokens, taken in `order`, whose mass before them is < p (the nucleus rule)."""
     before = np.concatenate([[0], np.cumsum(probs[order])[:-1]])
     mask = np.zeros(VOCAB, bool)
     mask[order[before < p]] = True
     return mask
+
+
+def top_p(scaled, p):
+    probs = softmax(scaled)
+    return kept_in_order(np.argsort(-probs), probs, p)
 
 
 def min_p(scaled, m):
@@ -48,11 +52,7 @@ def min_p(scaled, m):
 def typical_p(scaled, p):
     probs = softmax(scaled)
     entropy = -(probs * np.log(probs)).sum()
-    order = np.argsort(np.abs(-np.log(probs) - entropy))
-    before = np.concatenate([[0], np.cumsum(probs[order])[:-1]])
-    mask = np.zeros(VOCAB, bool)
-    mask[order[before < p]] = True
-    return mask
+    return kept_in_order(np.argsort(np.abs(-np.log(probs) - entropy)), probs, p)
 
 
 def xtc_removed(scaled, threshold):
