@@ -17,7 +17,7 @@ from engine.config import EngineConfig
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.request import SEED_MODULUS, PromptTokenLogprob, Request, RequestOutput, TokenLogprob
 from engine.runner import ModelRunner, RowPlan, StepOutput
-from engine.sampling_inputs import RowSampling
+from engine.sampling.inputs import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings

@@ -2,46 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from engine.sampling.params import SamplingParams, bounded
+
+__all__ = ["PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "TokenLogprob",
+           "choice_seeds"]
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    """Per-request generation settings; each becomes one row of the fused sampling step."""
+class StopCriteria:
+    """When a request's generation ends (engine/output.py checks them after every token)."""
 
-    temperature: float = 1.0  # 0 means greedy
-    seed: int | None = None  # None: the engine picks one and reports it
-    max_tokens: int = 16  # most tokens to generate
+    max_tokens: int = bounded(16, low=0, high=math.inf)  # most tokens to generate
+    # Length floors: EOS and stop tokens are banned until both are reached.
+    min_tokens: int = bounded(0, low=0, high=math.inf)
+    min_total_tokens: int = bounded(0, low=0, high=math.inf)  # prompt and output together
+    # Text that ends the output, itself excluded from the text (the token that completed it
+    # stays among the token ids).
+    strings: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] = ()  # end generation besides the model's EOS tokens
     ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()  # end generation besides the model's EOS tokens
-    # Distribution shaping (off at these defaults).
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0  # relative to the top token's probability
-    typical_p: float = 1.0
-    xtc_threshold: float = 0.1
-    xtc_probability: float = 0.0
-    # Penalties: frequency and presence over generated tokens (OpenAI), repetition over
-    # prompt and generated tokens (HF / Keskar).
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    # Biases and bans.
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in -100..100)
-    bad_word_tokens: tuple[tuple[int, ...], ...] = ()  # phrases whose last token is banned after the rest
-    no_repeat_ngram_size: int = 0
-    # Length floors: EOS and stop tokens are banned until reached.
-    min_tokens: int = 0
-    min_total_tokens: int = 0
-    # Mirostat v2 (off when the target is 0).
-    mirostat_target: float = 0.0
-    mirostat_lr: float = 0.1
-    # Friendli's forced_output_tokens: the first outputs, whatever the model says.
-    forced_output_tokens: tuple[int, ...] = ()
-    logprobs: int | None = None  # top alternatives per sampled token (0-20); None: no logprobs
-    # Logprobs of the prompt's tokens (echo, lm-eval's loglikelihood): top alternatives per
-    # token (0-20), None: none. Such a prompt is computed in full, not read from the prefix cache.
-    prompt_logprobs: int | None = None
 
 
 SEED_MODULUS = 2**31 - 1
@@ -68,6 +50,7 @@ class Request:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: StopCriteria = field(default_factory=StopCriteria)
 
 
 @dataclass(frozen=True)
@@ -110,6 +93,8 @@ class RequestOutput:
     # With the first output of a request that asked: one entry per prompt token after the
     # first (whose probability has no context to condition on).
     prompt_logprobs: list[PromptTokenLogprob] | None = None
+    # What ended a "stop": the stop string matched, or the stop token id (None for EOS).
+    stop_reason: str | int | None = None
 
     @property
     def finished(self) -> bool:

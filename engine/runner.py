@@ -20,9 +20,9 @@ from engine.batch import BatchInputs, empty_batch
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
-from engine.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
-from engine.sampling import NUM_TOP_LOGPROBS, sample
-from engine.sampling_inputs import RowSampling, fill_row
+from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
+from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
+from engine.sampling.inputs import RowSampling, fill_row
 from engine.sharding import make_mesh, param_shardings, replicated
 
 

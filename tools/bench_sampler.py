@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench import best_seconds
-from engine.sampling import empty_sampling_arrays, sample
-from engine.sampling_host import pack_banned
+from engine.sampling.sampler import empty_sampling_arrays, sample
+from engine.sampling.host import pack_banned
 
 
 def full_sampler_arrays(rows: int, vocab: int, history: int, rng):
@@ -47,7 +47,7 @@ def decode_step_seconds(rows: int, context: int, repeats: int) -> float:
     from engine.engine import Engine
     from engine.request import SamplingParams
     from engine.runner import RowPlan
-    from engine.sampling_inputs import RowSampling
+    from engine.sampling.inputs import RowSampling
 
     pages_per_seq = -(-(context + 16) // 16)
     config = EngineConfig(max_model_len=16 * pages_per_seq, max_num_seqs=rows, max_num_batched_tokens=rows,

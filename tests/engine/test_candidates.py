@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.candidates import NUM_CANDIDATES, narrowing, shape_candidates
-from engine.sampling import empty_sampling_arrays
-from engine.truncation import apply_truncation
+from engine.sampling.candidates import NUM_CANDIDATES, narrowing, shape_candidates
+from engine.sampling.sampler import empty_sampling_arrays
+from engine.sampling.truncation import apply_truncation
 
 VOCAB = 2048
 # (top_k, top_p, min_p, typical_p, xtc_probability) per row: narrowing and non-narrowing cuts.

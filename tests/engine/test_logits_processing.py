@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.logits_processing import (apply_allowed, apply_logit_bias, apply_penalties, ban_tokens,
+from engine.sampling.logits_processing import (apply_allowed, apply_logit_bias, apply_penalties, ban_tokens,
                                       count_tokens, unpack_allowed)
 
 ROWS, VOCAB = 6, 300

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from engine.logprobs import log_softmax, prompt_logprobs, token_logprobs
+from engine.sampling.logprobs import log_softmax, prompt_logprobs, token_logprobs
 
 ROWS, VOCAB, NUM_TOP = 6, 400, 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from engine.mirostat import initial_mu, mirostat_step
+from engine.sampling.mirostat import initial_mu, mirostat_step
 
 step = jax.jit(mirostat_step)
 

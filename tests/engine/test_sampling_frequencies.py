@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-import engine.candidates
-from engine.sampling import CDF_BLOCK, empty_sampling_arrays, sample
+import engine.sampling.candidates
+from engine.sampling.sampler import CDF_BLOCK, empty_sampling_arrays, sample
 
 VOCAB, DRAWS = 40, 20000
 LOGITS = np.random.default_rng(0).normal(0, 1.5, VOCAB).astype(np.float32)
@@ -79,7 +79,7 @@ CASES = {
 @pytest.fixture(params=["as run", "full vocabulary"])
 def sampler_path(request, monkeypatch):
     if request.param == "full vocabulary":
-        monkeypatch.setattr(engine.candidates, "NUM_CANDIDATES", 1)
+        monkeypatch.setattr(engine.sampling.candidates, "NUM_CANDIDATES", 1)
     return request.param
 
 

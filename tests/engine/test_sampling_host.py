@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from engine.logits_processing import apply_allowed, unpack_allowed
-from engine.sampling_host import (bad_word_bans, force_token, no_repeat_ngram_bans, pack_allowed, pack_banned,
+from engine.sampling.logits_processing import apply_allowed, unpack_allowed
+from engine.sampling.host import (bad_word_bans, force_token, no_repeat_ngram_bans, pack_allowed, pack_banned,
                                   stop_bans)
 
 

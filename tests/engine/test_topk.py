@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from engine.topk import top_k
+from engine.sampling.topk import top_k
 
 
 @pytest.mark.parametrize("n, k", [(49152, 256), (49152, 20), (5000, 20), (1000, 7), (300, 256)])

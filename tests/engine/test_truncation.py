@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import truncation
-from engine.truncation import (
+from engine.sampling import truncation
+from engine.sampling.truncation import (
     apply_min_p,
     apply_top_k,
     apply_top_p,

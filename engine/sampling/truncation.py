@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from engine.topk import top_k
+from engine.sampling.topk import top_k
 
 _NEG_INF = -jnp.inf
 _BISECTION_STEPS = 32  # key ranges are < 2**32 wide, so 32 halvings are exact

@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.candidates import Draw, narrow_draw
-from engine.logits_processing import apply_allowed, apply_logit_bias, apply_penalties, count_tokens
-from engine.logprobs import TokenLogprobs, model_logprobs, sampling_logprob_of
-from engine.mirostat import mirostat_step
-from engine.truncation import apply_truncation
+from engine.sampling.candidates import Draw, narrow_draw
+from engine.sampling.logits_processing import apply_allowed, apply_logit_bias, apply_penalties, count_tokens
+from engine.sampling.logprobs import TokenLogprobs, model_logprobs, sampling_logprob_of
+from engine.sampling.mirostat import mirostat_step
+from engine.sampling.truncation import apply_truncation
 
 MAX_LOGIT_BIAS = 300  # entries of logit_bias per request, as OpenAI allows
 NUM_TOP_LOGPROBS = 20  # alternatives computed per sampled token when any row asks

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.topk import top_k
+from engine.sampling.topk import top_k
 
 
 @jax.tree_util.register_dataclass

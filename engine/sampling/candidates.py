@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.logprobs import log_softmax
-from engine.topk import top_k
-from engine.truncation import apply_min_p, apply_typical_p, apply_xtc
+from engine.sampling.logprobs import log_softmax
+from engine.sampling.topk import top_k
+from engine.sampling.truncation import apply_min_p, apply_typical_p, apply_xtc
 
 # 128 covers Fireworks' whole top_k range (up to 100) and most nucleus cuts of a real model;
 # finding them costs ~9 ms at 64 x 49,152 on the 2-core CPU, 256 would cost ~13 ms.

@@ -17,7 +17,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from engine.logprobs import log_softmax
+from engine.sampling.logprobs import log_softmax
 
 _LN2 = math.log(2.0)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.request import SamplingParams
-from engine.sampling import MAX_LOGIT_BIAS, SamplingArrays
-from engine.sampling_host import bad_word_bans, force_token, no_repeat_ngram_bans, pack_banned, stop_bans
+from engine.sampling.sampler import MAX_LOGIT_BIAS, SamplingArrays
+from engine.sampling.host import bad_word_bans, force_token, no_repeat_ngram_bans, pack_banned, stop_bans
 
 
 @dataclass
@@ -22,7 +22,9 @@ class RowSampling:
     seed: int
     token_ids: list[int]  # prompt then outputs so far
     num_prompt_tokens: int
-    stop_token_ids: frozenset[int]  # EOS and stop tokens (banned until the length floors)
+    end_token_ids: frozenset[int]  # EOS and stop tokens: banned until both length floors are reached
+    min_tokens: int = 0
+    min_total_tokens: int = 0
     mirostat_mu: float = 0.0
 
 
@@ -31,8 +33,8 @@ def allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
     params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
     if len(outputs) < len(params.forced_output_tokens):
         return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
-    banned = stop_bans(len(outputs), params.min_tokens, len(row.token_ids),
-                       params.min_total_tokens or None, row.stop_token_ids)
+    banned = stop_bans(len(outputs), row.min_tokens, len(row.token_ids),
+                       row.min_total_tokens or None, row.end_token_ids)
     if params.bad_word_tokens:
         banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
     if params.no_repeat_ngram_size:

@@ -2,7 +2,7 @@
 
 Bad words, repeated n-grams and min-token stop masking depend only on token ids the host
 already holds, so they are worked out here in plain Python each step and sent to the device
-as a per-row list of banned ids (see engine.logits_processing.ban_tokens). Allowed-token
+as a per-row list of banned ids (see engine.sampling.logits_processing.ban_tokens). Allowed-token
 masks are packed as llguidance packs them: int32 words, bit t % 32 of word t // 32 allows
 token t.
 """

@@ -1,0 +1,1 @@
+"""The fused sampling step: SamplingParams declarations, their device rows, and `sample`."""
