@@ -12,7 +12,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
-from api.errors import ApiError
+from api.core.errors import ApiError
 
 
 def presented_key(connection: ASGIConnection) -> str | None:

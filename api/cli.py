@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def generate(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.request import Request, SamplingParams
+    from engine.request import Request, SamplingParams, StopCriteria
 
     def progress(message: str) -> None:
         print(f"flint: {message}", file=sys.stderr, flush=True)
@@ -44,8 +44,8 @@ def generate(args: argparse.Namespace) -> int:
     engine = Engine.from_model(args.model, config, report=progress)
     tokenizer = engine.tokenizer
     text = tokenizer.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
-    engine.add_request(Request("cli", tokenizer.encode(text), sampling))
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    engine.add_request(Request("cli", tokenizer.encode(text), sampling, StopCriteria(max_tokens=args.max_tokens)))
     while engine.has_unfinished():
         for output in engine.step():
             print(output.text, end="", flush=True)

@@ -2,9 +2,10 @@
 
 Loading and compiling a model takes from seconds to minutes, so it runs in a worker thread
 after startup: the server answers /health with 503 "starting" meanwhile, and "ok" once the
-engine runs. A load that fails (a bad checkpoint, out of memory) turns the phase to "failed"
-and calls `on_failure`, with which `flint serve` exits rather than say "starting" forever.
-Tests pass an `engine_factory` that builds a small engine instead."""
+engine runs. A load that fails (a bad checkpoint, out of memory), or an engine thread that
+dies on an error later, turns the phase to "failed" (/health 503, every API request 503)
+and calls `on_failure`, with which `flint serve` exits non-zero so that a supervisor starts
+it again. Tests pass an `engine_factory` that builds a small engine instead."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from api.settings import Settings
 from api.state import ServerState
 from engine.async_engine import AsyncEngine
 from engine.engine import Engine
+from engine.tokenizer import Tokenizer
 
 log = logging.getLogger("flint")
 
@@ -28,6 +30,13 @@ Result = TypeVar("Result")
 def load_engine(settings: Settings) -> Engine:
     """The engine for `settings.model` (the embedded model when None), compiled."""
     return Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message))
+
+
+def longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most bytes one token of the vocabulary stands for (its own bytes, or the text of
+    a special token)."""
+    return max(max(len(tokenizer.token_bytes(token) or b""), len(tokenizer.decode([token]).encode()))
+               for token in range(tokenizer.vocab_size))
 
 
 class EngineLifecycle:
@@ -41,6 +50,7 @@ class EngineLifecycle:
         self.on_failure: Callable[[BaseException], None] | None = None
         self.error: BaseException | None = None  # why the engine could not be loaded
         self._loading: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._loader: threading.Thread | None = None
 
     async def start(self) -> None:
@@ -50,23 +60,38 @@ class EngineLifecycle:
         except Exception:
             log.exception("the store at %s could not be opened", self.server.store.display_url)
             raise
+        self._loop = asyncio.get_running_loop()
         self._loading = asyncio.create_task(self._load())
 
     async def _load(self) -> None:
         try:
-            self._loader, loaded = start_in_daemon_thread(self.factory, self.settings)
-            engine = AsyncEngine(await loaded)
+            self._loader, loaded = start_in_daemon_thread(self._build, self.settings)
+            engine = await loaded
         except Exception as error:
             log.exception("the model could not be loaded")
             self.error = error
-            self.server.phase = "failed"
-            if self.on_failure is not None:
-                self.on_failure(error)
+            self._fail(error)
             return
         engine.start()
         self.server.engine = engine
         if self.server.phase == "starting":  # not if shutdown began while compiling
             self.server.phase = "ok"
+
+    def _build(self, settings: Settings) -> AsyncEngine:
+        """(In the loading thread.) The engine, and what the API measures of its tokenizer."""
+        engine = self.factory(settings)
+        self.server.max_token_bytes = longest_token_bytes(engine.tokenizer)
+        loop = self._loop
+        return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
+
+    def _engine_died(self, error: BaseException) -> None:
+        log.error("the engine thread stopped on an error; the server stops serving", exc_info=error)
+        self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        self.server.phase = "failed"
+        if self.on_failure is not None:
+            self.on_failure(error)
 
     @property
     def is_loading(self) -> bool:

@@ -3,13 +3,16 @@
 On SIGTERM or Ctrl-C the API turns to 503 "draining" at once; uvicorn stops accepting
 connections and gives in-flight requests up to `--shutdown-timeout` seconds before
 cancelling them; then the app's shutdown hook stops the engine and the process exits 0.
-A model that fails to load ends the process with status 1."""
+A model that fails to load, or an engine that stops on an error while serving, ends the
+process with status 1, so that a supervisor starts it again. A port that cannot be bound
+ends it at once, before the model loads, with status 3 and a one-line message."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -23,9 +26,9 @@ if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` run
     from api.lifecycle import EngineLifecycle
 
 DTYPES = ("float32", "bfloat16", "float16")
-EXIT_LOAD_FAILED = 1
+EXIT_FAILED = 1  # the model could not load, or the engine stopped on an error
 EXIT_BAD_ARGUMENTS = 2
-EXIT_STARTUP_FAILED = 3  # uvicorn's own status when it cannot start (the port is taken, ...)
+EXIT_STARTUP_FAILED = 3  # the server could not start (the port is taken, ...)
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
@@ -64,6 +67,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--store-url", default=os.environ.get("FLINT_STORE_URL") or None,
                        help="a database URL replacing the SQLite file, e.g. "
                             "postgresql+asyncpg://user:password@host:5432/flint (default: $FLINT_STORE_URL)")
+    serve.add_argument("--allow-special-tokens-in-content", action="store_true",
+                       help="parse special-token text inside chat message content as control tokens (by "
+                            "default it is plain text, so no message can forge a role marker)")
 
 
 def at_least(minimum: int, kind: type = int):
@@ -92,7 +98,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           dtype=args.dtype, enable_prefix_caching=not args.no_prefix_caching)
     return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
-                    max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url)
+                    max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,
+                    allow_special_tokens_in_content=args.allow_special_tokens_in_content)
 
 
 class FlintServer(uvicorn.Server):
@@ -101,7 +108,7 @@ class FlintServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, lifecycle: EngineLifecycle) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
-        self.load_failed = False
+        self.failed = False  # the engine could not load, or stopped on an error
         lifecycle.on_failure = self.fail
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -115,13 +122,26 @@ class FlintServer(uvicorn.Server):
             self.should_exit = True
 
     def fail(self, _: BaseException) -> None:
-        self.load_failed = True
+        self.failed = True
         self.should_exit = True
 
     def exit_status(self) -> int:
         if not self.started:
             return EXIT_STARTUP_FAILED
-        return EXIT_LOAD_FAILED if self.load_failed else 0
+        return EXIT_FAILED if self.failed else 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else starts: a port already in use ends
+    `flint serve` at once with a clear message, rather than after loading the model."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -134,10 +154,15 @@ def serve(args: argparse.Namespace) -> int:
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    try:
+        sock = listening_socket(settings.host, settings.port)
+    except OSError as error:
+        print(f"flint: cannot listen on {settings.host}:{settings.port}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_STARTUP_FAILED
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             timeout_graceful_shutdown=settings.shutdown_timeout)
     server = FlintServer(config, app.state.lifecycle)
-    server.run()
+    server.run(sockets=[sock])
     status = server.exit_status()
     if app.state.lifecycle.is_loading:
         # Stopped while the model compiles. The compile cannot be interrupted, and a thread

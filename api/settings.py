@@ -31,6 +31,9 @@ class Settings:
     data_dir: str = field(default_factory=default_data_dir)
     # A SQLAlchemy async URL (postgresql+asyncpg://user:password@host/db) replacing the SQLite file.
     store_url: str | None = None
+    # Parse special-token strings inside message content as control tokens (the old
+    # behaviour); by default they are plain text, so no message can forge a role marker.
+    allow_special_tokens_in_content: bool = False
 
     def served(self, context_length: int | None) -> Settings:
         """These settings with max_model_len capped at the model's context length (positions

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from api.errors import model_not_found
+from api.core.errors import model_not_found
 from api.metrics import Metrics
 from api.settings import Settings
 from api.store import Store, store_url
@@ -35,6 +35,11 @@ class ServerState:
     # Stored chat completions and responses, where the settings say; opened at startup
     # (api/lifecycle.py), before the engine loads.
     store: Store = field(init=False)
+    # Engine requests admitted by the API and not yet ended (api/core/admission.py).
+    num_admitted_choices: int = 0
+    # The most bytes any one token stands for (set when the engine loads): text longer than
+    # max_model_len times this cannot fit, whatever it tokenizes to.
+    max_token_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.store = Store(store_url(self.settings.data_dir, self.settings.store_url))
@@ -46,7 +51,7 @@ class ServerState:
 
     def engine_stats(self) -> EngineStats:
         """The engine's load now; requests posted to the engine thread but not yet queued
-        in its scheduler count as waiting too (admission control must see a burst at once)."""
+        in its scheduler count as waiting too."""
         if self.engine is None:
             return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
         stats = self.engine.engine.stats()

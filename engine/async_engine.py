@@ -4,6 +4,9 @@ The Engine is not thread-safe, so only the background thread touches it. Callers
 commands (add, abort) to a queue the thread drains before every step; outputs travel back
 to each request's asyncio.Queue through the caller's event loop. While nothing is running
 the thread blocks on the command queue rather than spinning.
+
+If a step raises, the thread stops: every request still streaming gets EngineDeadError,
+later calls to `generate` raise it at once, and the owner hears of it through `on_death`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from engine.engine import Engine
 from engine.request import Request, RequestOutput
@@ -22,10 +25,14 @@ class EngineDeadError(RuntimeError):
 
 
 class AsyncEngine:
-    """Runs `engine` in a daemon thread; `generate` streams one request's outputs."""
+    """Runs `engine` in a daemon thread; `generate` streams one request's outputs.
 
-    def __init__(self, engine: Engine):
+    `on_death(error)` is called once, from the engine thread, if that thread stops on an
+    error (after every waiting stream has been given it); it must be thread-safe."""
+
+    def __init__(self, engine: Engine, on_death: Callable[[BaseException], None] | None = None):
         self.engine = engine
+        self.on_death = on_death
         self._commands: queue.Queue = queue.Queue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread: threading.Thread | None = None
@@ -48,8 +55,7 @@ class AsyncEngine:
 
         Raises ValueError at once for a request the engine can never serve. Leaving the
         iteration early (a client that disconnected) aborts the request, freeing its pages."""
-        if self._error is not None:
-            raise EngineDeadError("the engine stopped") from self._error
+        self._raise_if_dead()
         self.engine.validate(request)
         if request.request_id in self._streams:
             raise ValueError(f"request id {request.request_id!r} is already in use")
@@ -58,6 +64,10 @@ class AsyncEngine:
         self._commands.put(("add", request))
         finished = False
         try:
+            # The thread sets _error before it reads _streams to hand the error out, and the
+            # stream was registered before this read: either this sees the error or the
+            # thread sees the stream, so a request racing the death never waits forever.
+            self._raise_if_dead()
             while not finished:
                 output = await outputs.get()
                 if isinstance(output, ValueError):  # refused when the thread added it
@@ -71,6 +81,10 @@ class AsyncEngine:
             self._streams.pop(request.request_id, None)
             if not finished:
                 self._commands.put(("abort", request.request_id))
+
+    def _raise_if_dead(self) -> None:
+        if self._error is not None:
+            raise EngineDeadError("the engine stopped") from self._error
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
@@ -90,10 +104,12 @@ class AsyncEngine:
             while self._drain_commands(block=not self.engine.has_unfinished()):
                 for output in self.engine.step():
                     self._deliver(output)
-        except BaseException as error:  # report to every waiting caller, then stop
-            self._error = error
+        except BaseException as error:  # report to every waiting caller, then to the owner
+            self._error = error  # first: see the comment in `generate`
             for request_id in list(self._streams):
                 self._deliver_to(request_id, error)
+            if self.on_death is not None:
+                self.on_death(error)
 
     def _drain_commands(self, block: bool) -> bool:
         """Apply queued commands; False once told to stop."""
@@ -127,4 +143,7 @@ class AsyncEngine:
         stream = self._streams.get(request_id)
         if stream is not None:
             loop, outputs = stream
-            loop.call_soon_threadsafe(outputs.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(outputs.put_nowait, item)
+            except RuntimeError:  # that caller's event loop has closed: nobody is listening
+                pass

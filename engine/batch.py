@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from engine.sampling.sampler import SamplingArrays, empty_sampling_arrays
+from engine.sampling.arrays import SamplingArrays, empty_sampling_arrays
 
 
 @jax.tree_util.register_dataclass

@@ -1,4 +1,4 @@
-"""What a caller gives the engine (Request, SamplingParams) and what it gets back (RequestOutput)."""
+"""What a caller gives the engine (Request: SamplingParams, StopCriteria) and what it gets back (RequestOutput)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def choice_seeds(seed: int | list[int] | None, n: int, draw) -> list[int]:
 
 @dataclass
 class Request:
+    """One generation: the prompt's token ids, how to sample, and when to stop."""
+
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -79,11 +81,17 @@ class PromptTokenLogprob:
 
 @dataclass
 class RequestOutput:
-    """One step's news for one request: the tokens it gained, and whether it finished."""
+    """One step's news for one request: the tokens it gained, and whether it finished.
+
+    `text` is the newly safe text: that of new_token_ids (and of earlier tokens held back),
+    held back while it ends inside a UTF-8 character or could still begin a stop string,
+    and emitted once it cannot or the request ends. A stop string and everything after it
+    are never emitted, nor the text of an end token (EOS or a stop token id); the token
+    that completed a stop string is still among new_token_ids, with its logprob."""
 
     request_id: str
     new_token_ids: list[int]
-    text: str  # the text of new_token_ids, held back while it ends inside a UTF-8 character
+    text: str
     finish_reason: str | None  # "stop", "length", "abort", or None while running
     num_prompt_tokens: int
     num_cached_tokens: int  # prompt tokens served from the prefix cache
@@ -93,7 +101,8 @@ class RequestOutput:
     # With the first output of a request that asked: one entry per prompt token after the
     # first (whose probability has no context to condition on).
     prompt_logprobs: list[PromptTokenLogprob] | None = None
-    # What ended a "stop": the stop string matched, or the stop token id (None for EOS).
+    # What ended a "stop": the stop string matched, or the request's stop token id (None
+    # for EOS, and for every other finish reason).
     stop_reason: str | int | None = None
 
     @property

@@ -1,13 +1,19 @@
-"""Sequence: one request's tokens and its place in the KV cache, as the scheduler tracks it.
+"""Sequence: one request's tokens, its place in the KV cache, and its output state.
 
-Host bookkeeping only: ints and lists, never arrays.
+Host bookkeeping only: ints, lists and small objects, never arrays. Everything the engine
+keeps per request lives here, so nothing needs a dict beside it keyed by request id.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
-from engine.request import Request, SamplingParams
+from engine.stop_strings import StopStringMatcher
+
+if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither NumPy nor tokenizers
+    from engine.request import PromptTokenLogprob, Request, SamplingParams, StopCriteria
+    from engine.tokenizer import IncrementalDetokenizer
 
 
 class SequenceStatus(enum.Enum):
@@ -22,16 +28,21 @@ class Sequence:
     `token_ids` is the prompt followed by the generated tokens, one list that only grows.
     `num_computed_tokens` of them have their KV in the cache, in the pages of `block_table`
     (token at position p lives in slot block_table[p // page_size] * page_size + p % page_size).
-    `block_table` and `block_hashes` belong to the BlockManager; the scheduler owns the rest.
+    `block_table` and `block_hashes` belong to the BlockManager; the scheduler owns the
+    status and counts; the output stage (engine/output.py) owns the detokenizer, the stop
+    matcher, the Mirostat state and the prompt logprobs.
     """
 
     def __init__(
-        self, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, seed: int
+        self, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, seed: int,
+        stop: StopCriteria, end_token_ids: frozenset[int] = frozenset(),
+        detokenizer: IncrementalDetokenizer | None = None,
     ) -> None:
         self.request_id = request_id
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
         self.sampling = sampling
+        self.stop = stop
         self.seed = seed  # resolved: sampling.seed, or the one the engine picked
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
@@ -41,10 +52,22 @@ class Sequence:
         self.num_preemptions = 0
         self.arrival = 0  # order in which the scheduler received it (set by Scheduler.add)
         self.finish_reason: str | None = None  # "stop", "length", "abort", ... once finished
+        # Output state. The end-token set is built once here: the sampler reads it every step.
+        self.end_token_ids = end_token_ids  # EOS (unless ignore_eos) and the stop token ids
+        self.detokenizer = detokenizer  # None only for sequences that never reach the output stage
+        self.stop_matcher = StopStringMatcher(self.stop.strings)
+        self.mirostat_mu = 2.0 * sampling.mirostat_target  # Mirostat v2 starts at twice the target
+        self.prompt_logprobs: dict[int, PromptTokenLogprob] = {}  # by position, until the first output
 
     @classmethod
-    def from_request(cls, request: Request, seed: int) -> Sequence:
-        return cls(request.request_id, request.prompt_token_ids, request.sampling, seed)
+    def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
+                     detokenizer: IncrementalDetokenizer | None = None) -> Sequence:
+        """The sequence of `request`, with its end tokens: its stop token ids, plus
+        `eos_token_ids` unless it ignores EOS."""
+        stop = request.stop
+        end_token_ids = frozenset(stop.token_ids) | (frozenset() if stop.ignore_eos else eos_token_ids)
+        return cls(request.request_id, request.prompt_token_ids, request.sampling, seed, stop,
+                   end_token_ids, detokenizer)
 
     def __repr__(self) -> str:
         return (
@@ -85,12 +108,12 @@ class Sequence:
         """Whether computing the next `num_new_tokens` tokens reaches the end and so samples one
         (never for max_tokens 0, which only computes the prompt)."""
         reaches_end = self.num_computed_tokens + num_new_tokens == len(self.token_ids)
-        return reaches_end and self.sampling.max_tokens > 0
+        return reaches_end and self.stop.max_tokens > 0
 
     @property
     def is_prefill_only_done(self) -> bool:
         """A max_tokens 0 sequence, still running, whose whole prompt is computed."""
-        return (self.sampling.max_tokens == 0 and self.status is SequenceStatus.RUNNING
+        return (self.stop.max_tokens == 0 and self.status is SequenceStatus.RUNNING
                 and self.num_computed_tokens == self.num_prompt_tokens)
 
     def append_token(self, token_id: int) -> None:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tokenizers
 
+from engine.chat_prompt import ChatEncoder, ChatPrompt
 from engine.chat_template import ChatTemplate, MissingChatTemplateError
 from engine.gguf_vocab import gguf_byte_level_bpe, special_tokens_processor
 
@@ -41,6 +43,8 @@ class Tokenizer:
         self.chat_template = chat_template
         self.vocab_size: int = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
         self._compiled_template: ChatTemplate | None = None
+        self._chat_encoder_instance: ChatEncoder | None = None
+        self._chat_encoder_lock = threading.Lock()
 
     @classmethod
     def from_hf_directory(cls, path: str | os.PathLike) -> Tokenizer:
@@ -143,17 +147,58 @@ class Tokenizer:
         tools: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> str:
-        """The prompt text the chat template makes of `messages` (see ChatTemplate.render)."""
+        """The prompt text the chat template makes of `messages` (see ChatTemplate.render).
+
+        Encoding this text parses special-token strings written inside messages too; to
+        encode a conversation, use render_chat_prompt and encode_chat instead."""
+        return self._template().render(messages, add_generation_prompt, tools, **kwargs)
+
+    def render_chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> ChatPrompt:
+        """The chat template's prompt for `messages`, for encode_chat.
+
+        Special-token text inside any string given here (messages, tools, template
+        variables) is marked before rendering, so it stays plain text when encoded."""
+        template = self._template()
+        markers = self._chat_encoder().new_markers()
+        text = template.render(markers.escape(messages), add_generation_prompt, markers.escape(tools),
+                               **markers.escape(kwargs))
+        return ChatPrompt(text, markers)
+
+    def encode_chat(self, prompt: ChatPrompt, *, special_tokens_in_content: bool = False,
+                    add_special_tokens: bool = False) -> list[int]:
+        """The token ids of `prompt`: the template's special tokens as their ids, the
+        caller's text as plain text (or, with `special_tokens_in_content`, parsed as in
+        `encode(prompt.text)`). `add_special_tokens` adds what `encode` would add (BOS).
+
+        Without special strings in the caller's text, the ids equal
+        `encode(render_chat(...), add_special_tokens=...)`. Safe to call from many threads."""
+        return self._chat_encoder().encode(prompt, special_tokens_in_content=special_tokens_in_content,
+                                           add_special_tokens=add_special_tokens)
+
+    def _template(self) -> ChatTemplate:
         if self.chat_template is None:
             raise MissingChatTemplateError(
                 "the model has no chat template, so messages cannot become a prompt; "
                 "give it a plain text prompt instead"
             )
-        if self._compiled_template is None:
+        if self._compiled_template is None:  # a race compiles it twice, harmlessly
             eos = self.eos_token_ids[0] if self.eos_token_ids else None
             special = {"bos_token": self._text(self.bos_token_id), "eos_token": self._text(eos)}
             self._compiled_template = ChatTemplate(self.chat_template, special)
-        return self._compiled_template.render(messages, add_generation_prompt, tools, **kwargs)
+        return self._compiled_template
+
+    def _chat_encoder(self) -> ChatEncoder:
+        # Built on first use (copying the tokenizer takes ~0.1 s), once, under a lock.
+        with self._chat_encoder_lock:
+            if self._chat_encoder_instance is None:
+                self._chat_encoder_instance = ChatEncoder(self._tokenizer)
+            return self._chat_encoder_instance
 
     def _text(self, token_id: int | None) -> str | None:
         return None if token_id is None else self.decode([token_id])

@@ -905,7 +905,9 @@ class Model(BaseModel):
     owned_by: str
     root: Annotated[
         str | None,
-        Field(description="Where the weights came from (path or repository id)."),
+        Field(
+            description="The checkpoint the weights came from, by name (never its path on the server)."
+        ),
     ] = None
     parent: Annotated[
         str | None, Field(description="Base model id when this entry is an adapter.")
@@ -957,7 +959,12 @@ class TokenizeResponse(BaseModel):
     count: int
     max_model_len: int
     tokens: list[int]
-    token_strs: list[str] | None = None
+    token_strs: Annotated[
+        list[str] | None,
+        Field(
+            description="Each token's piece as the vocabulary spells it (byte-level BPE writes a space as `Ġ`)."
+        ),
+    ] = None
 
 
 class DetokenizeRequest(BaseModel):
@@ -980,9 +987,40 @@ class DetokenizeResponse(BaseModel):
     prompt: str
 
 
+class TokenizerInfoResponse(BaseModel):
+    """
+    The served model's tokenizer, in the fields vLLM's tokenizer_info reports.
+    """
+
+    tokenizer_class: Annotated[
+        str,
+        Field(
+            description="The kind of tokenizer (Flint serves every model through a `tokenizers` fast tokenizer)."
+        ),
+    ]
+    bos_token: str | None = None
+    eos_token: str | None = None
+    pad_token: str | None = None
+    add_bos_token: Annotated[
+        bool | None,
+        Field(description="Whether tokenizing with special tokens puts BOS first."),
+    ] = None
+    chat_template: Annotated[
+        str | None,
+        Field(description="The Jinja chat template, or null when the model has none."),
+    ] = None
+    model_max_length: Annotated[
+        int,
+        Field(
+            description="The longest sequence this server accepts (prompt and output), in tokens."
+        ),
+    ]
+    vocab_size: int
+
+
 class HealthStatus(StrEnum):
     """
-    `ok`: serving; `starting`: loading or compiling; `draining`: finishing requests before shutdown; `failed`: the model could not be loaded (the server exits).
+    `ok`: serving; `starting`: loading or compiling; `draining`: finishing requests before shutdown; `failed`: the model could not be loaded, or the engine stopped on an error (the server exits, for its supervisor to start it again).
     """
 
     OK = "ok"

@@ -11,7 +11,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.loader.source import resolve_model
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 
 
 def bench_config(args: argparse.Namespace) -> EngineConfig:
@@ -43,9 +43,11 @@ def timed_run(engine: Engine, requests: list[Request]) -> tuple[float, dict[str,
 
 
 def requests_for(engine: Engine, args, count: int, tag: str, rng) -> list[Request]:
-    sampling = SamplingParams(temperature=0.0, max_tokens=args.output_tokens, ignore_eos=True)
+    sampling = SamplingParams(temperature=0.0)
+    stop = StopCriteria(max_tokens=args.output_tokens, ignore_eos=True)
     vocab = engine.model_config.vocab_size
-    return [Request(f"{tag}-{i}", random_prompt(rng, vocab, args.prompt_tokens), sampling) for i in range(count)]
+    return [Request(f"{tag}-{i}", random_prompt(rng, vocab, args.prompt_tokens), sampling, stop)
+            for i in range(count)]
 
 
 def single_stream(engine: Engine, args, rng) -> float:
@@ -69,7 +71,8 @@ def aggregate(engine: Engine, args, concurrency: int, rng) -> tuple[float, float
 def time_to_first_token(engine: Engine, args, rng) -> float:
     prompt = random_prompt(rng, engine.model_config.vocab_size, args.ttft_prompt_tokens)
     started = time.perf_counter()
-    _, arrivals = timed_run(engine, [Request("ttft", prompt, SamplingParams(temperature=0.0, max_tokens=1))])
+    request = Request("ttft", prompt, SamplingParams(temperature=0.0), StopCriteria(max_tokens=1))
+    _, arrivals = timed_run(engine, [request])
     return arrivals["ttft"][0] - started
 
 

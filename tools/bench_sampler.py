@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench import best_seconds
-from engine.sampling.sampler import empty_sampling_arrays, sample
-from engine.sampling.host import pack_banned
+from engine.sampling import empty_sampling_arrays, sample
+from engine.sampling.masks import pack_banned
 
 
 def full_sampler_arrays(rows: int, vocab: int, history: int, rng):
@@ -47,7 +47,7 @@ def decode_step_seconds(rows: int, context: int, repeats: int) -> float:
     from engine.engine import Engine
     from engine.request import SamplingParams
     from engine.runner import RowPlan
-    from engine.sampling.inputs import RowSampling
+    from engine.sampling import RowSampling
 
     pages_per_seq = -(-(context + 16) // 16)
     config = EngineConfig(max_model_len=16 * pages_per_seq, max_num_seqs=rows, max_num_batched_tokens=rows,
@@ -55,7 +55,7 @@ def decode_step_seconds(rows: int, context: int, repeats: int) -> float:
     engine = Engine.from_model(None, config)
     history = list(range(100, 100 + context + 1))
     greedy = RowSampling(SamplingParams(temperature=0.0), seed=0, token_ids=history,
-                         num_prompt_tokens=context, stop_token_ids=frozenset())
+                         num_prompt_tokens=context, end_token_ids=frozenset())
     plans = [RowPlan([history[-1]], context, list(range(1 + i * pages_per_seq, 1 + (i + 1) * pages_per_seq)),
                      greedy) for i in range(rows)]
     return best_seconds(lambda: engine.runner.execute(plans), repeats)

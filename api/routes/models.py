@@ -6,7 +6,7 @@ from litestar import get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from api.errors import model_not_found
+from api.core.errors import model_not_found
 from api.state import ServerState
 from generated.flint import Model, ModelList
 
@@ -18,7 +18,7 @@ def describe(server: ServerState) -> Model:
         object="model",
         created=server.started_at,
         owned_by="flint",
-        root=str(source.path),
+        root=source.path.name,  # the checkpoint's name: its path on the server is nobody's business
         max_model_len=server.max_model_len,  # what the engine serves: capped at the model's context
     )
 

@@ -112,6 +112,16 @@ def prompt_logprobs(logits, next_token_ids, num_top: int) -> PromptLogprobs:
                           top_ids=top_ids, top_logprobs=top_logprobs)
 
 
+def empty_logprobs(num_rows: int, num_top: int) -> TokenLogprobs:
+    """What a batch in which no row asked for logprobs returns instead of computing them."""
+    zeros = jnp.zeros(num_rows, jnp.float32)
+    return TokenLogprobs(
+        logprob=zeros, sampling_logprob=zeros, rank=jnp.zeros(num_rows, jnp.int32),
+        top_ids=jnp.zeros((num_rows, num_top), jnp.int32),
+        top_logprobs=jnp.zeros((num_rows, num_top), jnp.float32),
+    )
+
+
 def empty_prompt_logprobs(num_tokens: int, num_top: int) -> PromptLogprobs:
     """What a step in which no row asked for prompt logprobs returns instead of computing them."""
     zeros = jnp.zeros(num_tokens, jnp.float32)

@@ -23,6 +23,7 @@ import numpy as np
 BOUNDS = "bounds"  # field metadata keys
 ROW = "row"
 MAX_LOGPROBS = 20  # top alternatives computed per token, at most
+MAX_LOGIT_BIAS = 300  # logit_bias entries per request, as OpenAI allows
 
 
 class VocabSize(float):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 URL = "/v1/responses"
@@ -50,8 +50,8 @@ def stream(client, **fields) -> list[dict]:
 
 def greedy_text(client, prompt_ids: list[int], max_tokens: int) -> str:
     """The engine's own greedy continuation of `prompt_ids`."""
-    sampling = SamplingParams(temperature=0, max_tokens=max_tokens)
-    return "".join(out.text for out in engine_outputs(client, Request("reference", prompt_ids, sampling)))
+    request = Request("reference", prompt_ids, SamplingParams(temperature=0), StopCriteria(max_tokens=max_tokens))
+    return "".join(out.text for out in engine_outputs(client, request))
 
 
 def output_text(response: dict) -> str:

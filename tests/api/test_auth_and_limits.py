@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 from litestar.testing import TestClient
 
-from api.admission import admit
+from api.core.admission import admit
 from api.app import create_app
-from api.errors import ApiError
+from api.core.errors import ApiError
 from api.settings import Settings
 from api.state import ServerState
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from engine.config import EngineConfig
-from engine.engine import EngineStats
 from engine.loader.source import resolve_model
 from generated.flint import ErrorResponse
 
@@ -118,35 +116,35 @@ def test_a_failed_load_says_so():
         assert isinstance(app.state.lifecycle.error, MemoryError)
 
 
-class LoadedEngine:
-    """Stands in for the AsyncEngine: only what `ServerState.engine_stats` reads."""
-
-    def __init__(self, num_running: int, num_queued: int, num_posted: int = 0):
-        stats = EngineStats(num_running=num_running, num_waiting=num_queued, kv_cache_usage=0.5)
-        self.engine = SimpleNamespace(stats=lambda: stats)
-        self.num_in_flight = num_running + num_queued + num_posted
-
-
-def server_with(engine: LoadedEngine, max_waiting: int, max_num_seqs: int = 2) -> ServerState:
+def server_with(num_admitted: int, max_waiting: int, max_num_seqs: int = 2) -> ServerState:
+    """A serving ServerState whose API has admitted `num_admitted` engine requests."""
     engine_config = EngineConfig(max_model_len=64, max_num_seqs=max_num_seqs, max_num_batched_tokens=8,
                                  num_pages=16)
     settings = Settings(engine=engine_config, max_waiting=max_waiting)
-    return ServerState(model=resolve_model(None), settings=settings, phase="ok", engine=engine)
+    server = ServerState(model=resolve_model(None), settings=settings, phase="ok")
+    server.num_admitted_choices = num_admitted
+    return server
 
 
 def test_a_full_queue_is_429_with_retry_after():
     with pytest.raises(ApiError) as refused:
-        admit(server_with(LoadedEngine(num_running=2, num_queued=3), max_waiting=3))
+        admit(server_with(5, max_waiting=3), 1)  # 2 running and 3 waiting already
     assert refused.value.status_code == 429 and refused.value.headers["Retry-After"] == "1"
     assert refused.value.body.error.code == "rate_limit_exceeded"
-    # Requests posted to the engine thread but not yet in its scheduler count as waiting.
+    # Admission counts the engine requests a request makes (prompts x n), not HTTP requests.
     with pytest.raises(ApiError):
-        admit(server_with(LoadedEngine(num_running=2, num_queued=1, num_posted=2), max_waiting=3))
+        admit(server_with(2, max_waiting=3), 4)
 
 
 def test_a_queue_below_the_limit_admits():
-    admit(server_with(LoadedEngine(num_running=2, num_queued=2), max_waiting=3))
+    server = server_with(4, max_waiting=3)
+    admit(server, 1)
+    assert server.num_admitted_choices == 5
     # With no queue allowed, a request that fits the running batch is still served.
-    admit(server_with(LoadedEngine(num_running=1, num_queued=0), max_waiting=0))
+    admit(server_with(1, max_waiting=0), 1)
     with pytest.raises(ApiError):
-        admit(server_with(LoadedEngine(num_running=2, num_queued=0), max_waiting=0))
+        admit(server_with(2, max_waiting=0), 1)
+    # An idle server takes a request however many choices it makes.
+    idle = server_with(0, max_waiting=0)
+    admit(idle, 128)
+    assert idle.num_admitted_choices == 128

@@ -10,10 +10,10 @@ import logging
 
 import pytest
 
-from api.chat_response import token_entry
+from api.core.openai import token_entry
 from chat_helpers import MODEL_ID, URL, USER_HI, body, chat, engine_outputs
 from api_helpers import rendered_ids
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 from generated.openai_chat_completions import ChatCompletion
 
 
@@ -104,7 +104,7 @@ def test_fireworks_sampling_fields_reach_the_engine(client, engine_requests):
          mirostat_lr=0.2, ignore_eos=True)
     sampling = engine_requests[0].sampling
     assert (sampling.top_k, sampling.min_p, sampling.typical_p, sampling.repetition_penalty) == (5, 0.1, 0.9, 1.1)
-    assert (sampling.mirostat_target, sampling.mirostat_lr, sampling.ignore_eos) == (3.0, 0.2, True)
+    assert (sampling.mirostat_target, sampling.mirostat_lr, engine_requests[0].stop.ignore_eos) == (3.0, 0.2, True)
 
 
 def test_context_length_exceeded_caps_or_refuses(client):
@@ -134,8 +134,8 @@ def test_logprobs_content_matches_the_engine(client, engine_requests, smollm2_to
     reply = chat(client, logprobs=True, top_logprobs=3, max_completion_tokens=5)
     content = reply["choices"][0]["logprobs"]["content"]
     prompt = engine_requests[0].prompt_token_ids
-    sampling = SamplingParams(temperature=0, max_tokens=5, logprobs=3)
-    reference = [lp for out in engine_outputs(client, Request("reference", prompt, sampling)) for lp in out.logprobs]
+    request = Request("reference", prompt, SamplingParams(temperature=0, logprobs=3), StopCriteria(max_tokens=5))
+    reference = [lp for out in engine_outputs(client, request) for lp in out.logprobs]
     assert len(content) == len(reference) == 5
     for entry, expected in zip(content, reference):
         assert bytes(entry["bytes"]) == smollm2_tokenizer.token_bytes(expected.token_id)

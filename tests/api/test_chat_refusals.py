@@ -23,7 +23,7 @@ def without(field: str) -> dict:
     return {k: v for k, v in body().items() if k != field}
 
 
-# (body, status, where the error points: `param` for a 4xx in OpenAI's shape, `loc` for a 422)
+# (body, where the schema error points: pydantic's location, which the 400's message and `param` name)
 SCHEMA_ERRORS = [
     ({**body(), "messages": "hi"}, ["body", "messages"]),
     (without("messages"), ["body", "messages"]),
@@ -59,9 +59,8 @@ REFUSALS = [
     (body(model="gpt-17"), 404, "model"),
     (body(tools=[TOOL]), 400, "tools"),
     (body(tool_choice="required"), 400, "tool_choice"),
-    (body(parallel_tool_calls=False), 400, "parallel_tool_calls"),
     (body(functions=[{"name": "add"}]), 400, "functions"),
-    (body(function_call="auto"), 400, "function_call"),
+    (body(function_call={"name": "add"}), 400, "function_call"),
     (body(messages=[*USER_HI, {"role": "assistant", "tool_calls": [TOOL_CALL]}]), 400, "messages.[1].tool_calls"),
     (body(messages=[*USER_HI, {"role": "assistant", "audio": {"id": "a"}}]), 400, "messages.[1].audio"),
     (body(response_format={"type": "json_object"}), 400, "response_format"),
@@ -91,13 +90,18 @@ REFUSALS = [
 ]
 
 
+def openai_path(loc: list) -> str:
+    """A pydantic location as OpenAI names a field: ["body", "messages", 0] -> "messages.[0]"."""
+    return ".".join(f"[{part}]" if isinstance(part, int) else part for part in loc[1:])
+
+
 @pytest.mark.parametrize("payload, loc", SCHEMA_ERRORS)
-def test_schema_violations_are_422_at_the_field(client, payload, loc):
+def test_schema_violations_are_400_naming_the_field(client, payload, loc):
     response = client.post(URL, json=payload)
-    assert response.status_code == 422, response.text
-    detail = response.json()["detail"]
-    assert any(error["loc"][: len(loc)] == loc for error in detail), detail
-    assert all({"loc", "msg", "type"} <= set(error) for error in detail)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"]
+    assert f"{openai_path(loc)}" in error["message"], error
 
 
 @pytest.mark.parametrize("payload, status, param", REFUSALS)
@@ -109,9 +113,11 @@ def test_values_the_server_cannot_honour_name_the_field(client, payload, status,
     assert param.rsplit(".", 1)[-1] in error["message"]
 
 
-def test_malformed_json_and_non_objects_are_422(client):
-    assert client.post(URL, content=b'{"model": ', headers={"content-type": "application/json"}).status_code == 422
-    assert client.post(URL, json=[body()]).json()["detail"][0]["loc"] == ["body"]
+def test_malformed_json_and_non_objects_are_400(client):
+    malformed = client.post(URL, content=b'{"model": ', headers={"content-type": "application/json"})
+    assert malformed.status_code == 400 and "JSON" in malformed.json()["error"]["message"]
+    not_an_object = client.post(URL, json=[body()])
+    assert not_an_object.status_code == 400 and "object" in not_an_object.json()["error"]["message"]
 
 
 def test_unknown_model_is_404(client):
@@ -129,7 +135,11 @@ def test_values_that_change_nothing_are_accepted(client):
     reply = chat(client, max_completion_tokens=1, service_tier="auto", verbosity="medium", store=False,
                  response_format={"type": "text"}, tool_choice="none", function_call="none",
                  modalities=["text"], reasoning_effort="none", prompt_cache_retention="in_memory",
-                 echo=False, raw_output=False, return_token_ids=False)
+                 echo=False, raw_output=False, return_token_ids=False, tools=[],
+                 parallel_tool_calls=True, thinking={"type": "disabled"}, reasoning_history="disabled")
+    assert reply["service_tier"] == "default" and reply["usage"]["completion_tokens"] == 1
+    # With no tools, `auto` calls none: the same as `none`.
+    reply = chat(client, max_completion_tokens=1, tool_choice="auto", function_call="auto")
     assert reply["service_tier"] == "default" and reply["usage"]["completion_tokens"] == 1
 
 

@@ -103,10 +103,14 @@ def body_with(changes: dict) -> dict:
 
 def blamed_field(response) -> str:
     payload = response.json()
-    if response.status_code == 422:
+    if response.status_code == 422:  # the Fireworks spec's shape, with OpenAI's error object beside it
         (first, *_) = payload["detail"]
         assert first["loc"][0] == "body" and first["msg"] and first["type"]
-        return first["loc"][1] if len(first["loc"]) > 1 else None
+        field = first["loc"][1] if len(first["loc"]) > 1 else None
+        error = payload["error"]
+        assert error["type"] == "invalid_request_error" and error["message"]
+        assert (error["param"] or "").split(".")[0] == (field or "")
+        return field
     error = payload["error"]
     assert error["message"] and error["type"]
     return error["param"]

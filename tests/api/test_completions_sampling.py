@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from api.completions_body import parse_completions_body
-from api.completions_request import plan_completion
 from completions_helpers import complete, greedy, server_state
 
 
-def sampling_of(client, **fields):
-    body = parse_completions_body({"prompt": "sampling", **fields})
-    return plan_completion(body, server_state(client)).choices[0].sampling
+def engine_request(client, engine_requests, **fields):
+    """The engine Request (of the first choice) a completion with `fields` makes."""
+    before = len(engine_requests)
+    response = client.post("/v1/completions", json={"prompt": "sampling", **fields})
+    assert response.status_code == 200, response.text
+    return engine_requests[before]
+
+
+def setting(request, name: str):
+    """`stop.max_tokens` is request.stop.max_tokens; other names are SamplingParams fields."""
+    owner, _, attribute = name.rpartition(".")
+    return getattr(request.stop if owner == "stop" else request.sampling, attribute)
 
 
 @pytest.mark.parametrize("fields, expected", [
@@ -25,28 +32,29 @@ def sampling_of(client, **fields):
     ({"frequency_penalty": 0.5, "presence_penalty": -0.5}, {"frequency_penalty": 0.5, "presence_penalty": -0.5}),
     ({"repetition_penalty": 1.3}, {"repetition_penalty": 1.3}),
     ({"mirostat_target": 5.0, "mirostat_lr": 0.2}, {"mirostat_target": 5.0, "mirostat_lr": 0.2}),
-    ({"min_tokens": 4}, {"min_tokens": 4}),
-    ({"min_total_tokens": 9}, {"min_total_tokens": 9}),
+    ({"min_tokens": 4}, {"stop.min_tokens": 4}),
+    ({"min_total_tokens": 9}, {"stop.min_total_tokens": 9}),
     ({"no_repeat_ngram": 3}, {"no_repeat_ngram_size": 3}),
     ({"no_repeat_ngram": 1}, {"no_repeat_ngram_size": 0}),  # Friendli: 1 means off
-    ({"ignore_eos": True}, {"ignore_eos": True}),
+    ({"ignore_eos": True}, {"stop.ignore_eos": True}),
     ({"logit_bias": {"12": -5, "30": 2.5}}, {"logit_bias": ((12, -5.0), (30, 2.5))}),
     ({"forced_output_tokens": [3, 4]}, {"forced_output_tokens": (3, 4)}),
-    ({"stop_tokens": [{"tokens": [5, 6]}], "eos_token": [7]}, {"stop_token_ids": (5, 6, 7)}),
+    ({"stop_tokens": [{"tokens": [5, 6]}], "eos_token": [7]}, {"stop.token_ids": (5, 6, 7)}),
+    ({"stop": ["a", "bc"]}, {"stop.strings": ("a", "bc")}),
     ({"bad_word_tokens": [{"tokens": [8, 9]}]}, {"bad_word_tokens": ((8, 9),)}),
-    ({"max_tokens": 11}, {"max_tokens": 11}),
+    ({"max_tokens": 11}, {"stop.max_tokens": 11}),
     ({"seed": 77}, {"seed": 77}),
     ({"logprobs": 3}, {"logprobs": 3, "prompt_logprobs": None}),
     ({"logprobs": True, "top_logprobs": 4, "echo": True}, {"logprobs": 4, "prompt_logprobs": 4}),
-    ({}, {"temperature": 1.0, "max_tokens": 16, "top_k": 0, "logprobs": None}),
+    ({}, {"temperature": 1.0, "stop.max_tokens": 16, "top_k": 0, "logprobs": None}),
 ])
-def test_sampling_fields_reach_the_engine(client, fields, expected):
-    sampling = sampling_of(client, **fields)
-    assert {name: getattr(sampling, name) for name in expected} == expected
+def test_sampling_fields_reach_the_engine(client, engine_requests, fields, expected):
+    request = engine_request(client, engine_requests, **fields)
+    assert {name: setting(request, name) for name in expected} == expected
 
 
-def test_bad_words_are_tokenized_without_special_tokens(client, tokenizer):
-    sampling = sampling_of(client, bad_words=["hello world", "x"])
+def test_bad_words_are_tokenized_without_special_tokens(client, engine_requests, tokenizer):
+    sampling = engine_request(client, engine_requests, bad_words=["hello world", "x"]).sampling
     assert sampling.bad_word_tokens == (tuple(tokenizer.encode("hello world", add_special_tokens=False)),
                                         tuple(tokenizer.encode("x", add_special_tokens=False)))
 

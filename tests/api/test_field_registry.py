@@ -1,5 +1,6 @@
 """The field registry covers every field of every generated request model of a served route,
-names a test that exists for each handled field, and names a field a spec change adds."""
+names code and a test that exist for each planned field, sends each sampling field to the
+engine, and names a field a spec change adds."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api import registry
-from api.app import API_PREFIXES, create_app
+from api.app import API_PREFIXES, REGISTRY, create_app
+from api.core.errors import ApiError
+from api.core.registry import Planned
 from api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,23 +83,46 @@ def test_the_specs_define_the_request_models_this_test_walks():
 @pytest.mark.parametrize("module, name, method, path", REQUEST_MODELS,
                          ids=[f"{m}.{n}" for m, n, _, _ in REQUEST_MODELS])
 def test_every_field_of_a_served_request_model_is_handled_or_refused(module, name, method, path):
-    registry.load_dialects()
     model = generated_class(module, name)
     if not is_served(method, path, served_routes()):
-        assert registry.not_served_reason(model) or not registry.unregistered_fields(model), (
-            f"{method.upper()} {path} is not served: list {name} with registry.not_served(reason)")
+        assert REGISTRY.not_served_reason(model) or not REGISTRY.unregistered_fields(model), (
+            f"{method.upper()} {path} is not served: list {name} in api/app.py NOT_SERVED, with the reason")
         return
-    assert registry.not_served_reason(model) is None, f"{name} is served: drop its not_served entry"
-    assert registry.unregistered_fields(model) == [], "decide on each: handled (with its test) or refused"
+    assert REGISTRY.not_served_reason(model) is None, f"{name} is served: drop its NOT_SERVED entry"
+    assert REGISTRY.unregistered_fields(model) == [], "decide on each: handled (by what, with its test) or refused"
 
 
-def test_every_handled_field_names_a_test_that_exists():
-    registry.load_dialects()
-    for model_key, fields in registry.all_handled().items():
-        for field, test in fields.items():
-            file, _, function = test.partition("::")
-            source = (ROOT / file).read_text() if (ROOT / file).is_file() else ""
-            assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"{model_key}.{field}: no test {test}"
+def planned_entries():
+    return [(key, field, decision) for key, field, decision in REGISTRY.tables() if isinstance(decision, Planned)]
+
+
+def test_every_planned_field_names_a_test_that_exists():
+    for model_key, field, decision in planned_entries():
+        file, _, function = decision.test.partition("::")
+        source = (ROOT / file).read_text() if (ROOT / file).is_file() else ""
+        assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"{model_key}.{field}: no test {decision.test}"
+
+
+def dialect_of(model_key: str) -> str:
+    """The dialect package whose table holds `model_key` (the first one that lists it)."""
+    for dialect in ("completions", "chat", "responses", "messages", "tokens"):
+        table = importlib.import_module(f"api.{dialect}.fields").REGISTRY
+        if any(key == model_key for key, _, _ in table.tables()):
+            return dialect
+    raise AssertionError(f"no dialect lists {model_key}")
+
+
+def resolve(dotted: str, package: str):
+    """The object `module.name` names: absolute (api....) or within `package`."""
+    path = dotted if dotted.startswith("api.") else f"{package}.{dotted}"
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_every_planned_field_names_the_code_that_handles_it():
+    for model_key, field, decision in planned_entries():
+        handler = resolve(decision.step, f"api.{dialect_of(model_key)}")
+        assert callable(handler), f"{model_key}.{field}: {decision.step} is not a function"
 
 
 def test_the_completions_route_is_served_under_both_prefixes():
@@ -125,9 +150,8 @@ def test_a_field_added_to_a_spec_is_named_until_decided(tmp_path):
     finally:
         del sys.modules[spec.name]
 
-    registry.load_dialects()
-    assert registry.unregistered_fields(regenerated.CompletionRequest) == ["CompletionRequest.brand_new_knob"]
+    assert REGISTRY.unregistered_fields(regenerated.CompletionRequest) == ["CompletionRequest.brand_new_knob"]
     # And a request that uses it is refused, naming it, rather than silently ignored.
-    with pytest.raises(registry.ApiError) as refused:
-        registry.refuse_unsupported([regenerated.CompletionRequest], {"brand_new_knob"}, {"brand_new_knob": 3})
+    with pytest.raises(ApiError) as refused:
+        REGISTRY.refuse_unsupported([regenerated.CompletionRequest], {"brand_new_knob"}, {"brand_new_knob": 3})
     assert refused.value.body.error.param == "brand_new_knob"

@@ -42,7 +42,8 @@ def test_models_lists_the_embedded_model(client, prefix):
     model = listing.data[0]
     # The engine's max_model_len (TINY_ENGINE's), below the GGUF's 8192-token context.
     assert model.object == "model" and model.max_model_len == TINY_ENGINE.max_model_len
-    assert model.root.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    # The checkpoint's name: where it lies on the server is not the client's business.
+    assert model.root == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def test_model_is_retrieved_by_id(client):

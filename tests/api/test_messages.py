@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import pytest
 
-from api.errors import ApiError
-from api.generation import ChoiceResult
-from api.usage import Usage
-from api.messages_request import blocks_text
-from api.messages_response import MessageIdentity, message
+from api.core.errors import ApiError
+from api.core.generation import ChoiceResult
+from api.core.usage import Usage
+from api.messages.plan import blocks_text
+from api.messages.render import MessageIdentity, message
 from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 from generated.flint import ImageBlockParam, Message, TextBlockParam
 from messages_helpers import MODEL_ID, USER_HI, anthropic_error, body, create
 
@@ -51,9 +51,9 @@ def test_system_and_text_blocks_render_through_the_chat_template(client, engine_
 def test_max_tokens_ends_the_reply(client, engine_requests):
     reply = create(client, max_tokens=3)
     [request] = engine_requests
-    assert request.sampling.max_tokens == 3
+    assert request.stop.max_tokens == 3
     direct = engine_outputs(client, Request("direct-max-tokens", request.prompt_token_ids,
-                                            SamplingParams(temperature=0, max_tokens=3)))
+                                            SamplingParams(temperature=0), StopCriteria(max_tokens=3)))
     assert reply["content"] == [{"type": "text", "text": "".join(o.text for o in direct)}]
     assert (reply["stop_reason"], reply["stop_sequence"]) == ("max_tokens", None)
     assert reply["usage"]["output_tokens"] == direct[-1].num_output_tokens == 3
@@ -89,7 +89,7 @@ def test_sampling_fields_reach_the_engine(client, engine_requests, smollm2_token
     del default["temperature"]
     assert client.post("/v1/messages", json=default).status_code == 200
     tuned, untuned = (request.sampling for request in engine_requests)
-    assert (tuned.temperature, tuned.top_p, tuned.top_k, tuned.max_tokens) == (0.5, 0.9, 5, 6)
+    assert (tuned.temperature, tuned.top_p, tuned.top_k, engine_requests[0].stop.max_tokens) == (0.5, 0.9, 5, 6)
     assert (untuned.temperature, untuned.top_p, untuned.top_k) == (1.0, 1.0, 0)  # Anthropic's default: 1
     too_many = anthropic_error(client.post("/v1/messages", json=body(top_k=smollm2_tokenizer.vocab_size + 1)), 400)
     assert too_many["type"] == "invalid_request_error" and "top_k" in too_many["message"]
@@ -106,7 +106,7 @@ def test_a_final_assistant_message_is_a_prefill(client, engine_requests, smollm2
     [request] = engine_requests
     assert request.prompt_token_ids == rendered_ids(smollm2_tokenizer, USER_HI, prefill="Well, hi")
     direct = engine_outputs(client, Request("direct-prefill", request.prompt_token_ids,
-                                            SamplingParams(temperature=0, max_tokens=6)))
+                                            SamplingParams(temperature=0), StopCriteria(max_tokens=6)))
     assert reply["content"][0]["text"] == "".join(o.text for o in direct)  # the prefill is not repeated
     trailing = client.post("/v1/messages", json=body(messages=[*USER_HI, {"role": "assistant", "content": "Hi "}]))
     assert "whitespace" in anthropic_error(trailing, 400)["message"]

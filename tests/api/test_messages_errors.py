@@ -7,7 +7,6 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from engine.engine import EngineStats
 from messages_helpers import URL, USER_HI, anthropic_error, body, create
 
 KEY = "sk-ant-flint-test"
@@ -51,9 +50,9 @@ def user_blocks(*blocks) -> list[dict]:
 
 
 @pytest.mark.parametrize("fields, param, why", [
-    ({"tools": [TOOL]}, "tools", "tool use"),
-    ({"tool_choice": {"type": "any"}}, "tool_choice", "tool use"),
-    ({"tool_choice": {"type": "tool", "name": "add"}}, "tool_choice", "tool use"),
+    ({"tools": [TOOL]}, "tools", "tool calling"),
+    ({"tool_choice": {"type": "any"}}, "tool_choice", "tool calling"),
+    ({"tool_choice": {"type": "tool", "name": "add"}}, "tool_choice", "tool calling"),
     ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking", "thinking"),
     ({"messages": user_blocks(IMAGE)}, "messages.[0].content.[1].source", "image"),
     ({"messages": user_blocks(DOCUMENT)}, "messages.[0].content.[1].source", "document"),
@@ -89,8 +88,8 @@ def test_an_empty_conversation_is_refused(client):
 
 def test_a_full_queue_is_a_429_rate_limit_error(client, monkeypatch):
     server = client.app.state.server
-    full = EngineStats(num_running=server.settings.engine.max_num_seqs, num_waiting=10**6, kv_cache_usage=1.0)
-    monkeypatch.setattr(server, "engine_stats", lambda: full)
+    full = server.settings.engine.max_num_seqs + server.settings.max_waiting  # admitted already
+    monkeypatch.setattr(server, "num_admitted_choices", full)
     response = client.post(URL, json=body())
     assert anthropic_error(response, 429)["type"] == "rate_limit_error"
     assert response.headers["retry-after"] == "1"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 
-from api.generation import ChoiceEvent
-from api.usage import Usage
-from api.messages_response import closing_events
-from api.sse import encode_event
+from api.core.generation import ChoiceEvent
+from api.core.usage import Usage
+from api.messages.render import closing_events
+from api.core.sse import encode_event
 from generated.flint import MessageStopEvent, MessageStreamEvent
 from messages_helpers import create, stream
 

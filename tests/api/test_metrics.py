@@ -10,7 +10,7 @@ from api.metrics import Metrics
 from api.settings import Settings
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from engine.engine import Engine, EngineStats
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 from tiny_models import tiny_checkpoint
 
 GAUGES = ("flint:num_requests_running", "flint:num_requests_waiting", "flint:kv_cache_usage_perc")
@@ -107,7 +107,7 @@ def test_engine_stats_follow_the_scheduler(smollm2_tokenizer):
     engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
     assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
     for index in range(2):
-        engine.add_request(Request(f"r{index}", list(range(10, 34)), SamplingParams(max_tokens=4)))
+        engine.add_request(Request(f"r{index}", list(range(10, 34)), SamplingParams(), StopCriteria(max_tokens=4)))
     assert engine.stats().num_waiting == 2
     engine.scheduler.schedule()  # both 24-token prompts fit the 64-token step
     pages_per_prompt = -(-24 // config.page_size)

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 from generated.flint import Response
 from responses_helpers import MODEL_ID, create, greedy_text, output_text
 
@@ -86,7 +86,7 @@ def test_function_call_output_renders_as_a_tool_message(client, engine_requests,
 
 def test_max_output_tokens_makes_the_response_incomplete(client, engine_requests):
     response = create(client, max_output_tokens=3)
-    assert engine_requests[0].sampling.max_tokens == 3
+    assert engine_requests[0].stop.max_tokens == 3
     assert response["usage"]["output_tokens"] == 3
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -97,14 +97,14 @@ def test_max_output_tokens_makes_the_response_incomplete(client, engine_requests
 def test_a_finished_answer_is_completed(client, monkeypatch, smollm2_tokenizer):
     # Make the greedy answer's first token a stop token: the model ends its answer there.
     prompt = rendered_ids(smollm2_tokenizer, [{"role": "user", "content": "Say hi"}])
-    outputs = engine_outputs(client, Request("first", prompt, SamplingParams(temperature=0, max_tokens=1)))
+    outputs = engine_outputs(client, Request("first", prompt, SamplingParams(temperature=0), StopCriteria(max_tokens=1)))
     [first_token] = [token for out in outputs for token in out.new_token_ids]
     engine = client.app.state.server.running_engine
     original = engine.generate
 
     def ending_after_its_first_token(request: Request):
-        sampling = replace(request.sampling, stop_token_ids=(first_token,))
-        return original(Request(request.request_id, request.prompt_token_ids, sampling))
+        stop = replace(request.stop, token_ids=(first_token,))
+        return original(Request(request.request_id, request.prompt_token_ids, request.sampling, stop))
 
     monkeypatch.setattr(engine, "generate", ending_after_its_first_token)
     response = create(client, input="Say hi", max_output_tokens=20)
@@ -123,8 +123,8 @@ def test_logprobs_match_the_engine(client, engine_requests, smollm2_tokenizer):
     response = create(client, include=["message.output_text.logprobs"], top_logprobs=2, max_output_tokens=4)
     [part] = response["output"][0]["content"]
     prompt = engine_requests[0].prompt_token_ids
-    sampling = SamplingParams(temperature=0, max_tokens=4, logprobs=2)
-    outputs = engine_outputs(client, Request("reference", prompt, sampling))
+    sampling = SamplingParams(temperature=0, logprobs=2)
+    outputs = engine_outputs(client, Request("reference", prompt, sampling, StopCriteria(max_tokens=4)))
     reference = [logprob for out in outputs for logprob in out.logprobs]
     assert len(part["logprobs"]) == len(reference) == 4
     for entry, expected in zip(part["logprobs"], reference):

@@ -1,4 +1,5 @@
-"""What POST /v1/responses refuses: 422 for schema violations, 400 naming the field for
+"""What POST /v1/responses refuses: 400 naming the field, in OpenAI's error shape, for schema
+violations and for
 what this server cannot honour, 404 for an unknown model or stored response."""
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ def test_unknown_previous_response_is_404(client):
     ({"input": [{"role": "robot", "content": "hi"}]}, "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi", "extra": 1}]}]}, "input"),
 ])
-def test_schema_violations_are_422(client, fields, param):
-    detail = refusal(client, 422, **fields)["detail"]
-    assert detail[0]["loc"][:2] == ["body", param]
+def test_schema_violations_are_400_naming_the_field(client, fields, param):
+    error = refusal(client, 400, **fields)["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"].split(".")[0] == param and error["param"] in error["message"]
 
 
-def test_a_body_without_input_is_422(client):
+def test_a_body_without_input_is_400_naming_it(client):
     response = client.post(URL, json={"model": body()["model"]})
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "input"]
+    assert response.status_code == 400 and response.json()["error"]["param"] == "input"
 
 
 @pytest.mark.parametrize("fields, param", [
     ({"tools": [{"type": "function", "name": "add"}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"parallel_tool_calls": False}, "parallel_tool_calls"),
-    ({"max_tool_calls": 2}, "max_tool_calls"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
     ({"service_tier": "flex"}, "service_tier"),
@@ -70,7 +70,8 @@ def test_image_and_file_parts_are_refused(client):
 
 def test_values_that_change_nothing_are_accepted(client):
     response = create(client, tools=[], tool_choice="auto", background=False, truncation="disabled",
-                      service_tier="auto", text={"format": {"type": "text"}}, reasoning={"effort": "none"})
+                      service_tier="auto", text={"format": {"type": "text"}}, reasoning={"effort": "none"},
+                      parallel_tool_calls=False, max_tool_calls=2)
     assert response["status"] in ("completed", "incomplete")
 
 

@@ -29,10 +29,11 @@ def test_every_flag_reaches_the_settings(monkeypatch):
     settings = parse("--model", "m.gguf", "--host", "0.0.0.0", "--port", "9000", "--api-key", "k",
                      "--max-waiting", "3", "--shutdown-timeout", "2.5", "--max-body-bytes", "1000",
                      "--max-model-len", "512", "--max-num-seqs", "4", "--max-num-batched-tokens", "32",
-                     "--num-pages", "100", "--dtype", "bfloat16", "--no-prefix-caching")
+                     "--num-pages", "100", "--dtype", "bfloat16", "--no-prefix-caching",
+                     "--allow-special-tokens-in-content")
     assert settings == Settings(
         host="0.0.0.0", port=9000, model="m.gguf", api_key="k", max_waiting=3, shutdown_timeout=2.5,
-        max_body_bytes=1000, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
+        max_body_bytes=1000, allow_special_tokens_in_content=True, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
                                                  num_pages=100, dtype="bfloat16", enable_prefix_caching=False))
 
 

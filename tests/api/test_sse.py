@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api.sse import DONE_EVENT, encode_event, prefetched, sse_frames
+from api.core.sse import DONE_EVENT, encode_event, prefetched, sse_frames
 from generated.fireworks_completions import CompletionResponseStreamChoice, CompletionStreamResponse
 
 

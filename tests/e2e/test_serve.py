@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 
 import httpx
@@ -39,3 +40,16 @@ def test_serve_refuses_a_missing_model(tmp_path):
     )
     assert result.returncode == 2
     assert "none.gguf" in result.stderr
+
+
+def test_serve_exits_at_once_with_a_clear_message_when_the_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([FLINT, "serve", "--host", "127.0.0.1", "--port", str(port)],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "in use" in result.stderr
+    assert "terminate called" not in result.stderr and "compiled bucket" not in result.stderr
+

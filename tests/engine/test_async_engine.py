@@ -1,14 +1,15 @@
-"""AsyncEngine: concurrent streams, early exit aborts, refusals, and a stopped engine."""
+"""AsyncEngine: concurrent streams, early exit aborts, refusals, and an engine thread that dies."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from engine.async_engine import AsyncEngine
+from engine.async_engine import AsyncEngine, EngineDeadError
 from engine.config import EngineConfig
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 
 CONFIG = EngineConfig(max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64, page_size=4, num_pages=300)
 
@@ -26,7 +27,8 @@ async def collect(async_engine, request):
 
 
 def greedy(request_id, prompt, max_tokens=10):
-    return Request(request_id, prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
+    return Request(request_id, prompt, SamplingParams(temperature=0.0),
+                   StopCriteria(max_tokens=max_tokens, ignore_eos=True))
 
 
 def test_concurrent_streams_match_the_synchronous_engine(async_engine):
@@ -39,12 +41,12 @@ def test_concurrent_streams_match_the_synchronous_engine(async_engine):
     for request, outputs in zip(requests, streams):
         assert outputs[-1].finish_reason == "length" and all(o.finish_reason is None for o in outputs[:-1])
         tokens = [t for o in outputs for t in o.new_token_ids]
-        assert len(tokens) == request.sampling.max_tokens
+        assert len(tokens) == request.stop.max_tokens
     # Each request again on its own, one after another: the same tokens as when concurrent.
     # (Through the async engine: its thread owns the Engine, so the test never touches it.)
     for i, (request, outputs) in enumerate(zip(requests, streams)):
         alone = asyncio.run(collect(async_engine, greedy(f"s{i}", request.prompt_token_ids,
-                                                         request.sampling.max_tokens)))
+                                                         request.stop.max_tokens)))
         assert [t for o in alone for t in o.new_token_ids] == [t for o in outputs for t in o.new_token_ids]
 
 
@@ -82,3 +84,93 @@ def test_duplicate_ids_are_refused(async_engine):
         return await first
 
     assert len([t for o in asyncio.run(both()) for t in o.new_token_ids]) == 30
+
+
+async def outputs_until_death(async_engine, request):
+    """The outputs `request` streamed, and the EngineDeadError that ended them (None if none)."""
+    outputs = []
+    try:
+        async for output in async_engine.generate(request):
+            outputs.append(output)
+    except EngineDeadError as error:
+        return outputs, error
+    return outputs, None
+
+
+def test_a_failing_step_ends_every_stream_and_reports_the_death(tiny_engine_factory, monkeypatch):
+    engine = tiny_engine_factory(CONFIG)
+    fault = RuntimeError("injected fault")
+    execute, calls = engine.runner.execute, []
+
+    def execute_failing_on_the_fourth_call(rows):
+        calls.append(len(rows))
+        if len(calls) == 4:
+            raise fault
+        return execute(rows)
+
+    monkeypatch.setattr(engine.runner, "execute", execute_failing_on_the_fourth_call)
+    deaths, died = [], threading.Event()
+
+    def on_death(error):
+        deaths.append(error)
+        died.set()
+
+    async_engine = AsyncEngine(engine, on_death=on_death)
+    async_engine.start()
+    try:
+        async def run_all():
+            requests = [greedy(f"doomed-{i}", [i + 1, 2, 3], max_tokens=50) for i in range(3)]
+            return await asyncio.gather(*(outputs_until_death(async_engine, r) for r in requests))
+
+        results = asyncio.run(asyncio.wait_for(run_all(), 60))
+        assert len(calls) == 4
+        for outputs, error in results:
+            assert isinstance(error, EngineDeadError) and error.__cause__ is fault
+            assert not any(output.finished for output in outputs)
+        assert died.wait(10) and deaths == [fault]
+        assert not async_engine.is_alive
+        with pytest.raises(EngineDeadError):  # at once: a wait would time out instead
+            asyncio.run(asyncio.wait_for(collect(async_engine, greedy("late", [1, 2])), 5))
+        assert deaths == [fault]
+    finally:
+        async_engine.stop()
+
+
+class DyingEngine:
+    """Just enough of an Engine for the thread: an abort kills it, and `validate` runs a
+    hook, which lets a test act between generate's first check and its stream's registration."""
+
+    def __init__(self):
+        self.on_validate = lambda: None
+
+    def validate(self, request):
+        self.on_validate()
+
+    def has_unfinished(self):
+        return False
+
+    def add_request(self, request):
+        pass
+
+    def step(self):
+        return []
+
+    def abort(self, request_id):
+        raise RuntimeError("injected fault")
+
+
+def test_a_generate_racing_the_death_raises_instead_of_waiting_forever():
+    engine, died = DyingEngine(), threading.Event()
+    async_engine = AsyncEngine(engine, on_death=lambda error: died.set())
+    async_engine.start()
+
+    def die_now():  # the thread dies and hands its error to every stream registered so far
+        async_engine.abort("anything")
+        assert died.wait(5)
+
+    engine.on_validate = die_now
+    try:
+        with pytest.raises(EngineDeadError):
+            asyncio.run(asyncio.wait_for(collect(async_engine, greedy("racer", [1, 2])), 5))
+    finally:
+        async_engine.stop()

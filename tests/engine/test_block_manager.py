@@ -9,12 +9,12 @@ import pytest
 from kv_identity import prefix_ids
 
 from engine.block_manager import BlockManager, hash_page
-from engine.request import SamplingParams
+from engine.request import SamplingParams, StopCriteria
 from engine.sequence import Sequence
 
 
 def make_seq(token_ids: list[int], request_id: str = "r") -> Sequence:
-    return Sequence(request_id, token_ids, SamplingParams(), seed=0)
+    return Sequence(request_id, token_ids, SamplingParams(), seed=0, stop=StopCriteria())
 
 
 def compute(manager: BlockManager, seq: Sequence, num_new_tokens: int) -> None:

@@ -1,8 +1,8 @@
-"""The sampler's narrow path (engine/candidates.py) against the full-vocabulary filters.
+"""The sampler's narrow path (engine/sampling/candidates.py) against the full-vocabulary filters.
 
 A row is narrowed only when its top-k, top-p or min-p cut provably keeps candidates alone;
-for such rows, the filters run on the 256 candidates must keep exactly the tokens the
-full-vocabulary filters keep, with the same logits."""
+for such rows, the filters run on the NUM_CANDIDATES candidates must keep exactly the
+tokens the full-vocabulary filters keep, with the same logits."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.sampling.arrays import empty_sampling_arrays
 from engine.sampling.candidates import NUM_CANDIDATES, narrowing, shape_candidates
-from engine.sampling.sampler import empty_sampling_arrays
-from engine.sampling.truncation import apply_truncation
+from engine.sampling.filters import apply_truncation
 
 VOCAB = 2048
 # (top_k, top_p, min_p, typical_p, xtc_probability) per row: narrowing and non-narrowing cuts.
@@ -40,13 +40,13 @@ def narrow_and_full(logits, arrays):
     @jax.jit
     def run(logits, arrays):
         values, ids = jax.lax.top_k(logits, NUM_CANDIDATES)
-        by_k, by_p, cut, by_min_p = narrowing(values, logits, arrays.top_k, arrays.top_p, arrays.min_p)
-        shaped = shape_candidates(values, arrays, by_k, by_p, cut, uniform)
+        cuts = narrowing(values, logits, arrays.top_k, arrays.top_p, arrays.min_p)
+        shaped = shape_candidates(values, arrays, cuts, uniform)
         rows = jnp.arange(logits.shape[0])[:, None]
         scattered = jnp.full_like(logits, -jnp.inf).at[rows, ids].set(shaped)
         full = apply_truncation(logits, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
                                 arrays.xtc_threshold, arrays.xtc_probability, uniform)
-        return (by_k, by_p, by_min_p), scattered, full
+        return (cuts.by_k, cuts.by_p, cuts.by_min_p), scattered, full
 
     return run(logits, arrays)
 
@@ -57,7 +57,7 @@ def test_narrowed_rows_keep_exactly_what_the_full_filters_keep():
     narrowed = np.asarray(by_k | by_p | by_min_p)
     assert by_k.any() and by_p.any() and by_min_p.any(), "each cut narrows some row"
     assert (~narrowed).any(), "some rows must take the full path"
-    assert not narrowed[3] and not narrowed[10] and not narrowed[11], "k > 256, typical alone, nothing"
+    assert not narrowed[3] and not narrowed[10] and not narrowed[11], "k > NUM_CANDIDATES, typical alone, nothing"
     narrow, full = np.asarray(narrow)[narrowed], np.asarray(full)[narrowed]
     assert np.array_equal(np.isfinite(narrow), np.isfinite(full))
     np.testing.assert_array_equal(narrow[np.isfinite(narrow)], full[np.isfinite(full)])

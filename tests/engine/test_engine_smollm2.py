@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 from numpy_reference import greedy
 
-GREEDY_16 = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+GREEDY = SamplingParams(temperature=0.0)
+EXACTLY_16 = StopCriteria(max_tokens=16, ignore_eos=True)
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
@@ -17,8 +18,8 @@ PROMPTS = [
 ]
 
 
-def run_alone(engine, request_id, prompt_ids, sampling=GREEDY_16):
-    return engine.generate([Request(request_id, prompt_ids, sampling)])[request_id]
+def run_alone(engine, request_id, prompt_ids):
+    return engine.generate([Request(request_id, prompt_ids, GREEDY, EXACTLY_16)])[request_id]
 
 
 @pytest.mark.parametrize("index", range(len(PROMPTS)))
@@ -30,22 +31,25 @@ def test_greedy_matches_numpy_reference(smollm2_engine, smollm2_checkpoint, smol
 
 def test_chat_question_is_answered(smollm2_engine, smollm2_tokenizer):
     prompt = smollm2_tokenizer.render_chat([{"role": "user", "content": "What is the capital of France?"}])
-    request = Request("chat", smollm2_tokenizer.encode(prompt), SamplingParams(temperature=0.0, max_tokens=24))
+    request = Request("chat", smollm2_tokenizer.encode(prompt), GREEDY, StopCriteria(max_tokens=24))
     smollm2_engine.add_request(request)
-    text, reasons = "", []
+    text, outputs = "", []
     while smollm2_engine.has_unfinished():
         for output in smollm2_engine.step():
             text += output.text
-            reasons.append(output.finish_reason)
+            outputs.append(output)
     assert "Paris" in text
+    reasons = [output.finish_reason for output in outputs]
     assert reasons[-1] == "stop" and "<|im_end|>" not in text  # ended by EOS, which is not text
+    assert outputs[-1].stop_reason is None  # EOS is not a stop token id the request named
 
 
 def test_batch_of_sixteen_gives_the_same_tokens_as_alone(smollm2_engine, smollm2_tokenizer):
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
     prompts = [smollm2_tokenizer.encode(" ".join(words[: 1 + i]) + " and then") for i in range(16)]
     alone = {f"solo-{i}": run_alone(smollm2_engine, f"solo-{i}", ids) for i, ids in enumerate(prompts) if i % 5 == 0}
-    together = smollm2_engine.generate([Request(f"batch-{i}", ids, GREEDY_16) for i, ids in enumerate(prompts)])
+    together = smollm2_engine.generate([Request(f"batch-{i}", ids, GREEDY, EXACTLY_16)
+                                        for i, ids in enumerate(prompts)])
     for request_id, tokens in alone.items():
         assert together[request_id.replace("solo", "batch")] == tokens
 
@@ -57,7 +61,7 @@ def test_shared_256_token_prefix_is_served_from_cache(smollm2_engine, smollm2_to
     second = prefix + smollm2_tokenizer.encode(" Count the items")
 
     def run(request_id, ids):
-        smollm2_engine.add_request(Request(request_id, ids, GREEDY_16))
+        smollm2_engine.add_request(Request(request_id, ids, GREEDY, EXACTLY_16))
         tokens, cached = [], None
         while smollm2_engine.has_unfinished():
             for output in smollm2_engine.step():
@@ -77,7 +81,7 @@ def test_shared_256_token_prefix_is_served_from_cache(smollm2_engine, smollm2_to
 def test_abort_frees_every_page(smollm2_engine, smollm2_tokenizer):
     free_before = smollm2_engine.block_manager.num_free_pages
     smollm2_engine.add_request(Request("to-abort", smollm2_tokenizer.encode("Tell me a long story"),
-                                       SamplingParams(temperature=0.0, max_tokens=200)))
+                                       GREEDY, StopCriteria(max_tokens=200)))
     for _ in range(3):
         smollm2_engine.step()
     output = smollm2_engine.abort("to-abort")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.request import Request, SamplingParams
+from engine.request import Request, SamplingParams, StopCriteria
 
 ROOMY = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=2400)
 # 32 requests of up to ~60 tokens need ~500 pages at once; 80 force preemption and recompute.
@@ -23,7 +23,7 @@ def workload(vocab_size: int, count: int = 32, seed: int = 0) -> list[Request]:
     rng = np.random.default_rng(seed)
     return [
         Request(f"req-{i}", [int(t) for t in rng.integers(0, vocab_size, int(rng.integers(5, 40)))],
-                SamplingParams(temperature=0.0, max_tokens=int(rng.integers(8, 24)), ignore_eos=True))
+                SamplingParams(temperature=0.0), StopCriteria(max_tokens=int(rng.integers(8, 24)), ignore_eos=True))
         for i in range(count)
     ]
 
@@ -44,7 +44,7 @@ def test_preempted_requests_all_complete_correctly(tiny_engine_factory, roomy):
     produced = cramped.generate(requests)
     assert preemptions, "the cache was meant to be too small for all requests at once"
     for request in requests:
-        assert len(produced[request.request_id]) == request.sampling.max_tokens
+        assert len(produced[request.request_id]) == request.stop.max_tokens
         assert produced[request.request_id] == expected[request.request_id], request.request_id
     assert cramped.block_manager.num_free_pages == CRAMPED.num_pages - 1  # nothing leaked
 
@@ -59,7 +59,8 @@ def test_serving_after_warmup_never_compiles(roomy):
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         requests = workload(roomy.model_config.vocab_size, count=20, seed=1)
-        requests += [Request("long", list(range(1, 200)), SamplingParams(temperature=0.7, seed=3, max_tokens=5))]
+        requests += [Request("long", list(range(1, 200)), SamplingParams(temperature=0.7, seed=3),
+                             StopCriteria(max_tokens=5))]
         roomy.generate(requests)
         assert compiles == []
         jax.jit(lambda x: x + 1)(np.ones(3))  # the listener does see a compilation
@@ -69,19 +70,20 @@ def test_serving_after_warmup_never_compiles(roomy):
 
 
 def test_seeded_sampling_is_independent_of_the_batch(roomy):
-    sampling = SamplingParams(temperature=1.0, seed=1234, max_tokens=12, ignore_eos=True)
+    sampling = SamplingParams(temperature=1.0, seed=1234)
+    stop = StopCriteria(max_tokens=12, ignore_eos=True)
     prompt = [5, 17, 99, 3, 42]
-    alone = roomy.generate([Request("seeded-alone", prompt, sampling)])["seeded-alone"]
+    alone = roomy.generate([Request("seeded-alone", prompt, sampling, stop)])["seeded-alone"]
     others = workload(roomy.model_config.vocab_size, count=7, seed=2)
-    batched = roomy.generate([Request("seeded-batched", prompt, sampling), *others])["seeded-batched"]
+    batched = roomy.generate([Request("seeded-batched", prompt, sampling, stop), *others])["seeded-batched"]
     assert alone == batched
-    other_seed = roomy.generate([Request("seeded-other", prompt, SamplingParams(
-        temperature=1.0, seed=99, max_tokens=12, ignore_eos=True))])["seeded-other"]
+    other_seed = roomy.generate([Request("seeded-other", prompt, SamplingParams(temperature=1.0, seed=99),
+                                         stop)])["seeded-other"]
     assert other_seed != alone
 
 
 def test_unseeded_requests_get_a_reported_seed(roomy):
-    roomy.add_request(Request("unseeded", [1, 2, 3], SamplingParams(temperature=1.0, max_tokens=2)))
+    roomy.add_request(Request("unseeded", [1, 2, 3], SamplingParams(temperature=1.0), StopCriteria(max_tokens=2)))
     seeds = {output.seed for output in iter_outputs(roomy)}
     assert len(seeds) == 1 and seeds.pop() > 0
 
@@ -91,21 +93,23 @@ def iter_outputs(engine):
         yield from engine.step()
 
 
-@pytest.mark.parametrize("prompt, sampling, message", [
-    ([], SamplingParams(), "empty"),
-    (list(range(300)), SamplingParams(), "limit"),
-    ([10**9], SamplingParams(), "token ids"),
-    ([1, 2], SamplingParams(max_tokens=0), "max_tokens"),
+@pytest.mark.parametrize("prompt, stop, message", [
+    ([], StopCriteria(), "empty"),
+    (list(range(300)), StopCriteria(), "limit"),
+    ([10**9], StopCriteria(), "token ids"),
+    ([1, 2], StopCriteria(max_tokens=0), "max_tokens"),
+    ([1, 2], StopCriteria(strings=("end", "")), "stop strings"),
 ])
-def test_requests_that_cannot_be_served_are_refused(roomy, prompt, sampling, message):
+def test_requests_that_cannot_be_served_are_refused(roomy, prompt, stop, message):
     with pytest.raises(ValueError, match=message):
-        roomy.add_request(Request("bad", prompt, sampling))
+        roomy.add_request(Request("bad", prompt, SamplingParams(), stop))
     assert not roomy.has_unfinished()
 
 
 def test_length_is_capped_by_max_model_len(roomy):
     prompt = list(range(1, 250))
-    out = roomy.generate([Request("near-limit", prompt, SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True))])
+    out = roomy.generate([Request("near-limit", prompt, SamplingParams(temperature=0.0),
+                                  StopCriteria(max_tokens=50, ignore_eos=True))])
     assert len(out["near-limit"]) == ROOMY.max_model_len - len(prompt)
 
 
@@ -113,8 +117,9 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(roomy):
     """lm-eval's loglikelihood call: a prefill (here in two chunks) with prompt logprobs only."""
     prompt = [(7 * i + 3) % 500 + 1 for i in range(200)]
     free_before = roomy.block_manager.num_free_pages
-    for request in (Request("score", prompt, SamplingParams(max_tokens=0, prompt_logprobs=2)),
-                    Request("sample", prompt, SamplingParams(temperature=0.0, max_tokens=3, prompt_logprobs=2))):
+    for request in (Request("score", prompt, SamplingParams(prompt_logprobs=2), StopCriteria(max_tokens=0)),
+                    Request("sample", prompt, SamplingParams(temperature=0.0, prompt_logprobs=2),
+                            StopCriteria(max_tokens=3))):
         roomy.add_request(request)
     outputs = {"score": [], "sample": []}
     for output in iter_outputs(roomy):

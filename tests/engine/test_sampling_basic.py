@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.sampling.sampler import empty_sampling_arrays, sample
+from engine.sampling import empty_sampling_arrays, sample
 
 LOGITS = np.array([2.0, 1.0, 0.0, -1.0, 3.0], dtype=np.float32)
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import engine.sampling.candidates
-from engine.sampling.sampler import CDF_BLOCK, empty_sampling_arrays, sample
+from engine.sampling import empty_sampling_arrays, sample
+from engine.sampling.draw import CDF_BLOCK
 
 VOCAB, DRAWS = 40, 20000
 LOGITS = np.random.default_rng(0).normal(0, 1.5, VOCAB).astype(np.float32)

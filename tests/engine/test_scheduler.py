@@ -17,7 +17,7 @@ from kv_identity import prefix_ids
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.request import SamplingParams
+from engine.request import SamplingParams, StopCriteria
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 
@@ -29,7 +29,7 @@ def make_scheduler(**config) -> Scheduler:
 
 
 def make_seq(request_id: str, token_ids: list[int], max_tokens: int = 16) -> Sequence:
-    return Sequence(request_id, token_ids, SamplingParams(max_tokens=max_tokens), seed=0)
+    return Sequence(request_id, token_ids, SamplingParams(), seed=0, stop=StopCriteria(max_tokens=max_tokens))
 
 
 class FakeEngine:
@@ -49,7 +49,7 @@ class FakeEngine:
         self.write_and_read_kv(output)
         tokens = [item.seq.num_tokens % 7 for item in output.sampled]
         for seq in scheduler.update(output, tokens):
-            if seq.num_output_tokens >= seq.sampling.max_tokens:
+            if seq.num_output_tokens >= seq.stop.max_tokens:
                 scheduler.finish(seq, "length")
         self.outputs.append(output)
         return output
@@ -160,7 +160,7 @@ def test_many_sequences_through_a_tiny_cache(seed, enable_prefix_caching):
     for seq in seqs[16:]:  # more arrive mid-flight
         scheduler.add(seq)
     engine.run()
-    assert all(seq.num_output_tokens == seq.sampling.max_tokens for seq in seqs)
+    assert all(seq.num_output_tokens == seq.stop.max_tokens for seq in seqs)
     assert all(seq.is_finished and seq.block_table == [] for seq in seqs)
     assert sum(len(output.preempted) for output in engine.outputs) > 0  # the cache was tight
     assert_no_page_leaks(scheduler)

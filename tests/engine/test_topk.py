@@ -1,4 +1,4 @@
-"""engine/topk.py against lax.top_k: the same values, and indices that hold those values."""
+"""engine/sampling/topk.py against lax.top_k: the same values, and indices that hold those values."""
 
 from __future__ import annotations
 

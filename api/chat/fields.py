@@ -1,0 +1,135 @@
+"""The field registry of the chat routes (api/core/registry.py): POST /v1/chat/completions (OpenAI's
+request, and the Fireworks chat fields OpenAI lacks), its messages, content parts and
+stream_options, and POST /v1/chat/completions/{id} (a stored completion's metadata).
+
+Decisions beyond the spec (the values that ask for what this server does anyway pass):
+- `verbosity`: only `medium`, the spec's default, which asks for nothing in particular;
+- `modalities`: `["text"]`; `prompt_cache_retention`: `in_memory` (the prefix cache); `24h`
+  is refused;
+- tools, formats, reasoning and the service tier: the shared rules of api/core/refusals.py;
+- `store: true` keeps the completion (api/chat/store.py); `metadata` is stored with it.
+"""
+
+from __future__ import annotations
+
+from api.core import refusals
+from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping
+from generated import fireworks_streaming as fireworks
+from generated.openai_chat_completions import (
+    ChatCompletionContentPartFile,
+    ChatCompletionContentPartImage,
+    ChatCompletionContentPartInputAudio,
+    ChatCompletionContentPartRefusal,
+    ChatCompletionContentPartText,
+    ChatCompletionRequestAssistantMessage,
+    ChatCompletionRequestDeveloperMessage,
+    ChatCompletionRequestFunctionMessage,
+    ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestToolMessage,
+    ChatCompletionRequestUserMessage,
+    ChatCompletionStreamOptions,
+    CreateChatCompletionRequest,
+    UpdateChatCompletionRequest,
+)
+
+CHAT = "tests/api/test_chat.py::"
+STREAM = "tests/api/test_chat_stream.py::"
+REFUSALS = "tests/api/test_chat_refusals.py::"
+STORE = "tests/api/test_store_chat.py::"
+RENDERED = Planned("plan.prompt_messages", CHAT + "test_every_role_renders_through_the_chat_template")
+CALLER = Planned("plan.log_caller", CHAT + "test_caller_fields_are_logged")
+NO_OP_WHEN_FALSE = Refused("this extension is not served on chat completions; false changes nothing", bool)
+MESSAGE_FIELDS = {"role": RENDERED, "content": RENDERED, "name": RENDERED}
+
+REQUEST = ModelFields(CreateChatCompletionRequest, {
+    "messages": RENDERED,
+    "model": Planned("api.core.pipeline.generate", REFUSALS + "test_unknown_model_is_404"),
+    "max_completion_tokens": Planned("plan.max_tokens_for", CHAT + "test_max_completion_tokens_limits_the_reply"),
+    "max_tokens": Planned("plan.max_tokens_for", CHAT + "test_deprecated_max_tokens_limits_the_reply"),
+    "n": Planned("plan.plan_chat", CHAT + "test_n_choices_with_a_seed_differ_and_repeat"),
+    "seed": Planned("plan.plan_chat", CHAT + "test_n_choices_with_a_seed_differ_and_repeat"),
+    "stop": Planned("plan.stop_strings", CHAT + "test_stop_strings_cut_the_reply"),
+    **{name: Sampled() for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty")},
+    "logit_bias": Planned("plan.sampling_of", CHAT + "test_logit_bias_forces_a_token"),
+    "logprobs": Planned("plan.sampling_of", CHAT + "test_logprobs_content_matches_the_engine"),
+    "top_logprobs": Planned("plan.sampling_of", CHAT + "test_logprobs_content_matches_the_engine"),
+    "stream": Planned("api.core.pipeline.generate", STREAM + "test_stream_chunks_arrive_in_order_and_match_the_reply"),
+    "stream_options": Planned("plan.plan_chat", STREAM + "test_include_usage_adds_a_last_usage_chunk"),
+    "metadata": CALLER,
+    "user": CALLER,
+    "safety_identifier": CALLER,
+    "prompt_cache_key": CALLER,
+    "store": Planned("store.stored_at_end", STORE + "test_stored_completion_is_retrieved_as_returned"),
+    "modalities": refusals.refused_unless(f"{refusals.TEXT_ONLY}: it writes text only", ["text"]),
+    "audio": f"{refusals.TEXT_ONLY}: it cannot speak",
+    "reasoning_effort": refusals.REASONING_EFFORT,
+    "verbosity": refusals.refused_unless("verbosity controls are not supported", "medium"),
+    "response_format": refusals.TEXT_FORMAT,
+    "prediction": refusals.PREDICTION,
+    "tools": refusals.NO_TOOLS,
+    "tool_choice": refusals.TOOL_CHOICE,
+    "parallel_tool_calls": refusals.PARALLEL_TOOL_CALLS,
+    "function_call": refusals.TOOL_CHOICE,
+    "functions": refusals.NO_TOOLS,
+    "web_search_options": "this server cannot search the web",
+    "service_tier": refusals.SERVICE_TIER,
+    "prompt_cache_retention": refusals.refused_unless("cached prefixes live while their pages are free",
+                                                      "in_memory"),
+})
+
+# Fireworks' chat request (the AsyncAPI chat schema), served by the same route
+# (api/chat/body.py): the fields it shares with OpenAI's are treated as OpenAI's are.
+FIREWORKS_REQUEST = ModelFields(fireworks.ChatCompletionRequest, like=CreateChatCompletionRequest, fields={
+    **{name: Sampled() for name in ("top_k", "min_p", "typical_p", "repetition_penalty", "mirostat_target",
+                                    "mirostat_lr")},
+    "ignore_eos": Stopping(),
+    "context_length_exceeded_behavior": Planned(
+        "plan.max_tokens_for", CHAT + "test_context_length_exceeded_caps_or_refuses"),
+    "reasoning_history": refusals.REASONING_HISTORY,
+    "thinking": refusals.THINKING,
+    "speculation": refusals.PREDICTION,
+    "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
+    "prompt_truncate_len": "chat prompts are never truncated: a prompt over the context window is refused",
+    "echo_last": "echoing the prompt is not served on chat completions",
+    **{name: NO_OP_WHEN_FALSE for name in ("echo", "return_token_ids", "raw_output",
+                                           "perf_metrics_in_response", "safe_tokenization")},
+})
+
+NON_TEXT_PARTS = [
+    ModelFields(part_cls, {"type": Planned("api.core.prompt.part_text",
+                                           REFUSALS + "test_non_text_parts_are_refused_by_type"),
+                           payload: f"{refusals.TEXT_ONLY}: it cannot take {kind} input"})
+    for part_cls, payload, kind in ((ChatCompletionContentPartImage, "image_url", "image"),
+                                    (ChatCompletionContentPartInputAudio, "input_audio", "audio"),
+                                    (ChatCompletionContentPartFile, "file", "file"))]
+TEXT_PART = Planned("api.core.prompt.part_text", CHAT + "test_text_parts_equal_string_content")
+REFUSAL_PART = Planned("api.core.prompt.part_text", CHAT + "test_assistant_refusals_render_as_its_text")
+
+REGISTRY = Registry([
+    REQUEST,
+    FIREWORKS_REQUEST,
+    *[ModelFields(message_cls, MESSAGE_FIELDS) for message_cls in (
+        ChatCompletionRequestDeveloperMessage, ChatCompletionRequestSystemMessage,
+        ChatCompletionRequestUserMessage, ChatCompletionRequestFunctionMessage)],
+    ModelFields(ChatCompletionRequestToolMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED}),
+    ModelFields(ChatCompletionRequestAssistantMessage, {
+        **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": refusals.TOOLS,
+        "function_call": refusals.TOOLS, "audio": f"{refusals.TEXT_ONLY}: it has no audio replies to refer to"}),
+    ModelFields(ChatCompletionContentPartText, {"type": TEXT_PART, "text": TEXT_PART}),
+    ModelFields(ChatCompletionContentPartRefusal, {"type": REFUSAL_PART, "refusal": REFUSAL_PART}),
+    *NON_TEXT_PARTS,
+    ModelFields(ChatCompletionStreamOptions, {
+        "include_usage": Planned("render.ChunkWriter", STREAM + "test_include_usage_adds_a_last_usage_chunk"),
+        "include_obfuscation": Planned("render.ChunkWriter", STREAM + "test_obfuscation_pads_chunks_unless_turned_off"),
+    }),
+    ModelFields(fireworks.ChatMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED,
+                                        "tool_calls": refusals.TOOLS,
+                                        "reasoning_content": refusals.REASONING}),
+    ModelFields(fireworks.ChatMessageContent, {
+        "type": TEXT_PART, "text": TEXT_PART,
+        **{name: f"{refusals.TEXT_ONLY}: it cannot take {kind} input"
+           for name, kind in (("image_url", "image"), ("video_url", "video"), ("audio_url", "audio"))}}),
+    ModelFields(UpdateChatCompletionRequest, {
+        "metadata": Planned("route.update_chat_completion",
+                            STORE + "test_update_replaces_metadata_and_null_clears_it")}),
+])

@@ -1,0 +1,173 @@
+"""Generated choices to OpenAI chat completion objects: the whole answer, or stream chunks.
+
+A stream gives each choice a first chunk with the assistant role, then content deltas,
+then a chunk with its finish_reason; with `stream_options.include_usage` every chunk
+carries `usage: null` and one last chunk with no choices carries the totals. With
+`store: true` the answer is stored before it is returned, or once the stream's last chunk
+is sent (api/chat/store.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from litestar import Response
+
+from api.chat.plan import ChatPlan
+from api.chat.store import save_completion, stored_at_end
+from api.core.errors import ApiError
+from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
+from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
+from api.core.usage import Usage
+from engine.tokenizer import Tokenizer
+from generated.flint import ErrorResponse
+from generated.openai_chat_completions import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChoiceLogprobs,
+    ChatCompletionChunk,
+    ChatCompletionChunkChoice,
+    ChatCompletionChunkDelta,
+    ChatCompletionMessage,
+    CompletionUsage,
+    PromptTokensDetails,
+)
+
+
+@dataclass(frozen=True)
+class ChatIdentity:
+    """What every object of one answer shares."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def of(cls, generation: Generation) -> ChatIdentity:
+        return cls(id=f"chatcmpl-{generation.request_id}", model=generation.server.model.id)
+
+
+def usage_of(usage: Usage) -> CompletionUsage:
+    return CompletionUsage(
+        prompt_tokens=usage.num_prompt_tokens, completion_tokens=usage.num_completion_tokens,
+        total_tokens=usage.num_prompt_tokens + usage.num_completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.num_cached_tokens),
+    )
+
+
+def finish_reason(reason: str | None) -> str:
+    """The chat finish reason; a generation that broke off has none in the chat schema."""
+    if reason in ("stop", "length"):
+        return reason
+    raise ApiError(500, "generation failed before the reply was complete", error_type="server_error")
+
+
+def chat_completion(identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer, results: list[ChoiceResult],
+                    usage: Usage) -> ChatCompletion:
+    choices = [
+        ChatCompletionChoice(
+            index=result.index,
+            message=ChatCompletionMessage(role="assistant", content=result.text, refusal=None),
+            finish_reason=finish_reason(result.finish_reason),
+            logprobs=choice_logprobs(tokenizer, result.logprobs) if plan.logprobs else None,
+        )
+        for result in results
+    ]
+    return ChatCompletion(id=identity.id, object="chat.completion", created=identity.created,
+                          model=identity.model, choices=choices, usage=usage_of(usage), service_tier=SERVICE_TIER)
+
+
+async def whole(plan: ChatPlan, generation: Generation, results: list[ChoiceResult]) -> Response:
+    """The non-streamed answer (stored first when asked)."""
+    completion = chat_completion(ChatIdentity.of(generation), plan, generation.server.tokenizer, results,
+                                 generation.usage)
+    if plan.body.store:
+        await save_completion(generation.server, plan.raw, completion)
+    return Response(completion.model_dump(mode="json", exclude_unset=True))
+
+
+def stream(plan: ChatPlan, generation: Generation) -> AsyncIterator[ChatCompletionChunk | ErrorResponse]:
+    """The chunks of a streamed answer; with `store: true`, stored once the last is sent."""
+    identity = ChatIdentity.of(generation)
+    writer = ChunkWriter(identity, plan, generation.server.tokenizer)
+    if not plan.body.store:
+        return writer.chunks(generation.events(), generation.usage)
+    results = Results(plan.choices)
+    chunks = writer.chunks(recorded(generation.events(), results), generation.usage)
+    completion = lambda: chat_completion(identity, plan, writer.tokenizer, results.ordered(), generation.usage)
+    return stored_at_end(generation.server, plan.raw, chunks, completion)
+
+
+async def recorded(events: AsyncIterator[ChoiceEvent], results: Results) -> AsyncIterator[ChoiceEvent]:
+    """`events`, each also added to `results`."""
+    async with aclosing(events):
+        async for event in events:
+            results.add(event)
+            yield event
+
+
+class ChunkWriter:
+    """Chunks of one streamed answer, in the order the module docstring gives."""
+
+    def __init__(self, identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer) -> None:
+        self.identity = identity
+        self.plan = plan
+        self.tokenizer = tokenizer
+
+    async def chunks(self, events: AsyncIterator[ChoiceEvent], usage: Usage
+                     ) -> AsyncIterator[ChatCompletionChunk | ErrorResponse]:
+        """Every chunk of the stream. The role chunks wait for the engine's first output, so
+        a request refused before then raises (api/core/sse.py `prefetched` makes that an
+        HTTP error); a failure once streaming has begun ends it with an error event in
+        OpenAI's error shape, the status line being sent already."""
+        started = False
+        async with aclosing(events):
+            try:
+                async for event in events:
+                    if not started:
+                        started = True
+                        for chunk in self.role_chunks():
+                            yield chunk
+                    for chunk in self.event_chunks(event):
+                        yield chunk
+            except ApiError as error:
+                if not started:
+                    raise
+                yield error.body
+                return
+        if self.plan.include_usage:
+            yield self.chunk([], usage=usage_of(usage))
+
+    def role_chunks(self) -> list[ChatCompletionChunk]:
+        delta = ChatCompletionChunkDelta(role="assistant", content="")
+        return [self.chunk([self.choice(choice.index, delta)]) for choice in self.plan.choices]
+
+    def event_chunks(self, event: ChoiceEvent) -> list[ChatCompletionChunk]:
+        chunks = []
+        logprobs = self.plan.logprobs and bool(event.logprobs)
+        if event.text or logprobs:
+            delta = ChatCompletionChunkDelta(content=event.text)
+            logprob_list = choice_logprobs(self.tokenizer, event.logprobs) if logprobs else None
+            chunks.append(self.chunk([self.choice(event.index, delta, logprobs=logprob_list)]))
+        if event.finish_reason is not None:
+            reason = finish_reason(event.finish_reason)
+            chunks.append(self.chunk([self.choice(event.index, ChatCompletionChunkDelta(), reason)]))
+        return chunks
+
+    def choice(self, index: int, delta: ChatCompletionChunkDelta, reason: str | None = None,
+               logprobs: ChatCompletionChoiceLogprobs | None = None) -> ChatCompletionChunkChoice:
+        return ChatCompletionChunkChoice(index=index, delta=delta, finish_reason=reason, logprobs=logprobs)
+
+    def chunk(self, choices: list[ChatCompletionChunkChoice], usage: CompletionUsage | None = None
+              ) -> ChatCompletionChunk:
+        chunk = ChatCompletionChunk(id=self.identity.id, object="chat.completion.chunk",
+                                    created=self.identity.created, model=self.identity.model,
+                                    choices=choices, service_tier=SERVICE_TIER)
+        if self.plan.include_usage:
+            chunk.usage = usage  # null in every chunk but the last, as the spec says
+        if self.plan.include_obfuscation:
+            chunk.obfuscation = obfuscation_padding()
+        return chunk

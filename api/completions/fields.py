@@ -1,0 +1,120 @@
+"""The field registry of POST /v1/completions (api/core/registry.py): what handles each field
+of the Fireworks and Friendli bodies the route merges (api/completions/body.py)."""
+
+from __future__ import annotations
+
+from api.completions.body import OpenAILegacyFields
+from api.core import refusals
+from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping
+from generated import fireworks_completions as fireworks
+from generated import fireworks_streaming as streaming
+from generated import friendli_container_completions as friendli
+from generated import friendli_serverless_completions as serverless
+
+BASIC = "tests/api/test_completions.py::"
+STREAM = "tests/api/test_completions_stream.py::"
+LOGPROBS = "tests/api/test_completions_logprobs.py::"
+SAMPLING = "tests/api/test_completions_sampling.py::"
+PIPELINE = "api.core.pipeline.generate"  # the model check and the choice of a stream
+
+PROMPT = Planned("plan.prompt_token_ids", BASIC + "test_every_prompt_form_is_one_prompt_each")
+MAX_TOKENS = Planned("plan.max_tokens_for", BASIC + "test_max_tokens_bounds_the_output")
+TRACING = Planned("plan.log_tracing_fields", BASIC + "test_tracing_fields_are_logged")
+LOGPROBS_COUNT = Planned("plan.logprobs_of", LOGPROBS + "test_integer_logprobs_give_the_legacy_format")
+STOP_TOKENS = Planned("plan.stop_criteria", SAMPLING + "test_stop_tokens_end_generation")
+BAD_WORDS = Planned("plan.sampling_of", SAMPLING + "test_bad_words_are_never_generated")
+
+# Fields both dialects share, with the same handling.
+COMMON = {
+    "model": Planned(PIPELINE, BASIC + "test_an_unknown_model_is_404"),
+    "n": Planned("plan.choice_requests", BASIC + "test_choice_index_is_prompt_index_times_n_plus_i"),
+    "stream": Planned(PIPELINE, STREAM + "test_stream_carries_the_same_text_as_the_response"),
+    "stop": Planned("plan.stop_criteria", BASIC + "test_stop_strings_are_found_across_token_boundaries"),
+    "max_tokens": MAX_TOKENS,
+    "seed": Planned("plan.choice_requests", BASIC + "test_a_seed_reproduces_choices_that_differ"),
+    "logprobs": LOGPROBS_COUNT,
+    **{name: Sampled() for name in ("temperature", "top_k", "top_p", "min_p", "frequency_penalty",
+                                    "presence_penalty", "repetition_penalty")},
+}
+
+FIREWORKS = ModelFields(fireworks.CompletionRequest, {
+    **COMMON,
+    "prompt": PROMPT,
+    "user": TRACING,
+    "prompt_cache_key": TRACING,
+    "metadata": TRACING,
+    "raw_output": Planned("render.raw_output", BASIC + "test_raw_output_shows_what_the_model_saw"),
+    "perf_metrics_in_response": Planned("render.perf_metrics", BASIC + "test_perf_metrics_in_headers_and_body"),
+    "max_completion_tokens": MAX_TOKENS,
+    "top_logprobs": Planned("plan.logprobs_of", LOGPROBS + "test_boolean_logprobs_give_the_content_format"),
+    "echo": Planned("plan.echo_count", LOGPROBS + "test_echo_puts_prompt_logprobs_first"),
+    "echo_last": Planned("plan.echo_count", LOGPROBS + "test_echo_last_echoes_the_prompt_suffix"),
+    "context_length_exceeded_behavior": Planned(
+        "plan.max_tokens_for", BASIC + "test_context_length_exceeded_truncates_or_refuses"),
+    "logit_bias": Planned("plan.sampling_of", SAMPLING + "test_logit_bias_forces_a_token"),
+    "return_token_ids": Planned("render.choice_fields", BASIC + "test_return_token_ids"),
+    **{name: Sampled() for name in ("typical_p", "mirostat_target", "mirostat_lr")},
+    "ignore_eos": Stopping(),
+    "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
+    "response_format": refusals.TEXT_FORMAT,
+    "speculation": refusals.PREDICTION,
+    "prediction": refusals.PREDICTION,
+    "reasoning_effort": refusals.REASONING_EFFORT,
+    "reasoning_history": refusals.REASONING_HISTORY,
+    "thinking": refusals.THINKING,
+    "images": f"{refusals.TEXT_ONLY}: it cannot take images",
+    "service_tier": refusals.SERVICE_TIER,
+})
+
+FRIENDLI_FIELDS = {
+    **COMMON,
+    "bad_word_tokens": BAD_WORDS,
+    "bad_words": BAD_WORDS,
+    "eos_token": STOP_TOKENS,
+    "stop_tokens": STOP_TOKENS,
+    "forced_output_tokens": Planned("plan.sampling_of", SAMPLING + "test_forced_output_tokens_come_first"),
+    "max_total_tokens": Planned("plan.max_tokens_for", SAMPLING + "test_total_token_bounds"),
+    "min_total_tokens": Stopping(),
+    "min_tokens": Stopping(),
+    "no_repeat_ngram": Planned("plan.sampling_of", SAMPLING + "test_sampling_fields_reach_the_engine"),
+    "xtc_threshold": Sampled(),
+    "xtc_probability": Sampled(),
+    "stream_options": Planned("plan.plan_completion", STREAM + "test_include_usage_adds_a_final_usage_chunk"),
+    "response_format": refusals.TEXT_FORMAT,
+    "embedding_to_replace": "embedding replacement is not supported",
+    "token_index_to_replace": "embedding replacement is not supported",
+    "encoder_no_repeat_ngram": "only for encoder-decoder models; this server serves decoder-only models",
+    "encoder_repetition_penalty": "only for encoder-decoder models; this server serves decoder-only models",
+}
+
+
+def _not_default(default):
+    return lambda value: value is not None and value != default
+
+
+REGISTRY = Registry([
+    FIREWORKS,
+    ModelFields(friendli.CompletionsBodyWithPrompt, {**FRIENDLI_FIELDS, "prompt": PROMPT}),
+    ModelFields(friendli.CompletionsBodyWithTokens, {**FRIENDLI_FIELDS, "tokens": PROMPT}),
+    ModelFields(friendli.StreamOptions, {
+        "include_usage": Planned("render.completion_chunks", STREAM + "test_include_usage_adds_a_final_usage_chunk")}),
+    ModelFields(friendli.TokenSequence, {"tokens": STOP_TOKENS}),
+    ModelFields(serverless.ServerlessCompletionsExtensionRequest, {
+        "timeout": Planned("plan.plan_completion", BASIC + "test_a_timeout_while_queued_is_429"),
+        "include_output_logprobs": Planned(
+            "plan.logprobs_of", LOGPROBS + "test_include_output_logprobs_gives_token_logprobs"),
+        "num_beams": refusals.BEAM_SEARCH,
+        # Without num_beams these are no-ops at their defaults; other values ask for beam search.
+        "length_penalty": Refused(refusals.BEAM_SEARCH, _not_default(1.0)),
+        "early_stopping": Refused(refusals.BEAM_SEARCH, _not_default(False)),
+        "beam_search_type": Refused(refusals.BEAM_SEARCH, _not_default("DETERMINISTIC")),
+        "include_output_logits": Refused("returning logits is not supported; ask for logprobs", bool),
+    }),
+    ModelFields(OpenAILegacyFields, {
+        "best_of": Refused("only best_of 1 is served", _not_default(1)),
+        "suffix": Refused("insertion (suffix) is not supported", lambda value: value is not None),
+    }),
+    # The AsyncAPI message of a streamed completion is a subset of the Fireworks body, served
+    # by the same route with the same handling.
+    ModelFields(streaming.CompletionRequest, like=fireworks.CompletionRequest),
+])

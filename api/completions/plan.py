@@ -1,0 +1,201 @@
+"""A parsed /v1/completions body to the engine requests that serve it (`CompletionPlan`).
+
+Decisions (see ../shared/API-DIALECTS.md for the dialect table):
+- Prompts: a string, strings, token ids, lists of token ids, or Friendli's `tokens`; strings
+  are tokenized with the model's special tokens, as vLLM does for completions.
+- Context window: with `context_length_exceeded_behavior: truncate` (the default) max_tokens
+  is lowered to what fits after the prompt (Fireworks' definition); with `error` a prompt
+  plus max_tokens over the window is a 400. A prompt that leaves no room at all is a 400
+  either way: the prompt itself is never cut, since that would change what is asked.
+- max_tokens defaults to 16, as OpenAI's legacy completions do.
+- max_tokens 0 runs a prefill only (prompt logprobs are computed to make it one).
+- Friendli's `timeout` bounds the wait for the request's first output (of any choice): past
+  it the request is aborted and answered 429; once served it runs to the end.
+- n choices of a prompt are n engine requests: each is counted in /metrics and by
+  admission control, while usage counts the prompt once (as OpenAI does).
+- Tokens after a stop string are not generated; the token that completed it stays in
+  `tokens` / `token_ids` / logprobs (as vLLM reports it), its text is cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from api.completions.body import MODELS
+from api.completions.fields import REGISTRY
+from api.core import limits
+from api.core.errors import invalid
+from api.core.generation import ChoiceRequest
+from api.core.prompt import check_prompt_fits, text_prompt_ids
+from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
+                               logit_bias, logprobs_count, resolve_max_tokens)
+from api.state import ServerState
+from engine.request import SamplingParams, StopCriteria
+
+log = logging.getLogger("flint")
+
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class CompletionPlan:
+    """What one completions request asks for, resolved against the served model."""
+
+    body: Any
+    prompts: list[list[int]]
+    prompt_texts: list[str | None]  # the text of prompts given as text
+    n: int
+    choices: list[ChoiceRequest]
+    stream: bool
+    include_usage: bool
+    echo_last: float | None  # echo this many of the prompt's last tokens (inf: all; None: no echo)
+    logprobs: int | None  # alternatives per token; None: no logprobs
+    content_logprobs: bool  # OpenAI's `logprobs: true` format (else the legacy one)
+    return_token_ids: bool
+    raw_output: bool
+    perf_metrics: bool
+    timeout: float | None
+
+
+async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
+    """The engine requests of `body`, every value checked (400 naming the field)."""
+    log_tracing_fields(body)
+    stream = bool(body.stream)
+    if body.stream_options is not None and not stream:
+        raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
+    n = choice_count(body.n)
+    prompts, texts = await prompt_token_ids(body, server)
+    limits.check_choices(len(prompts), n)
+    echo_last = echo_count(body)
+    logprobs = logprobs_of(body)
+    return CompletionPlan(
+        body=body, prompts=prompts, prompt_texts=texts, n=n,
+        choices=choice_requests(body, server, prompts, n, echo_last, logprobs), stream=stream,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        echo_last=echo_last, logprobs=logprobs, content_logprobs=body.logprobs is True,
+        return_token_ids=bool(body.return_token_ids), raw_output=bool(body.raw_output),
+        perf_metrics=bool(body.perf_metrics_in_response), timeout=body.timeout,
+    )
+
+
+def choice_count(n: int | None) -> int:
+    """`n`, 1 by default, in [1, MAX_CHOICES]."""
+    return 1 if n is None else int(check_range("n", n, 1, limits.MAX_CHOICES, integer=True))
+
+
+def log_tracing_fields(body: Any) -> None:
+    if body.user is not None or body.metadata or body.prompt_cache_key is not None:
+        log.info("completion request: user=%r prompt_cache_key=%r metadata=%r",
+                 body.user, body.prompt_cache_key, body.metadata)
+
+
+async def prompt_token_ids(body: Any, server: ServerState) -> tuple[list[list[int]], list[str | None]]:
+    """Each prompt's token ids, and its text where it came as text."""
+    if body.prompt is not None and body.tokens is not None:
+        raise invalid("tokens", "give `prompt` or `tokens`, not both")
+    if body.tokens is not None:
+        return [list(body.tokens)], [None]
+    prompt = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if not prompt:
+        raise invalid("prompt", "`prompt` must not be empty")
+    if all(isinstance(item, int) for item in prompt):
+        return [list(prompt)], [None]
+    limits.check_list("prompt", prompt, limits.MAX_CHOICES, "prompts")
+    if all(isinstance(item, str) for item in prompt):
+        return await text_prompt_ids(server, prompt, "prompt"), list(prompt)
+    return [list(ids) for ids in prompt], [None] * len(prompt)
+
+
+def echo_count(body: Any) -> float | None:
+    """How many of each prompt's last tokens to echo; `echo` echoes them all (inf)."""
+    if body.echo_last is not None:
+        return check_count("echo_last", body.echo_last)
+    return math.inf if body.echo else None
+
+
+def logprobs_of(body: Any) -> int | None:
+    """Alternatives per token, or None for no logprobs."""
+    logprobs = logprobs_count(body.logprobs, body.top_logprobs)
+    if logprobs is None and body.include_output_logprobs:
+        return 0  # Friendli: the sampled tokens' logprobs, no alternatives
+    return logprobs
+
+
+def stop_criteria(body: Any, values: EngineValues, max_tokens: int, vocab_size: int) -> StopCriteria:
+    """Stop strings (`stop`), Friendli's stop token ids (`stop_tokens`, token sequences any
+    of whose tokens stops, and `eos_token`), the token limit and the floors."""
+    stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    limits.check_stop_strings("stop", stops, limits.MAX_STOP_STRINGS)
+    sequence_ids = [token for sequence in body.stop_tokens or [] for token in sequence.tokens or []]
+    limits.check_list("stop_tokens", sequence_ids, limits.MAX_STOP_TOKEN_IDS, "token ids in all")
+    limits.check_list("eos_token", body.eos_token, limits.MAX_STOP_TOKEN_IDS, "token ids")
+    ids = sequence_ids + list(body.eos_token or [])
+    if body.min_tokens is not None and body.min_total_tokens is not None:
+        raise invalid("min_total_tokens", "give `min_tokens` or `min_total_tokens`, not both")
+    return values.stop_criteria(strings=stops, token_ids=check_token_ids("stop_tokens", ids, vocab_size),
+                                max_tokens=max_tokens)
+
+
+def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, logprobs: int | None,
+                prompt_logprobs: int | None) -> SamplingParams:
+    """The planned sampling fields: biases, bans, forced tokens, n-grams, logprob counts."""
+    words = tuple(body.bad_words or ())
+    limits.check_stop_strings("bad_words", words, limits.MAX_BAD_WORDS)  # few, short, non-empty strings
+    token_phrases = [list(sequence.tokens or []) for sequence in body.bad_word_tokens or []]
+    limits.check_list("bad_word_tokens", token_phrases, limits.MAX_BAD_WORDS, "phrases")
+    limits.check_list("bad_word_tokens", max(token_phrases, key=len, default=[]), limits.MAX_PHRASE_TOKENS,
+                      "tokens in one phrase")
+    phrases = [tokenizer.encode(word, add_special_tokens=False) for word in words] + token_phrases
+    forced = body.forced_output_tokens or []
+    limits.check_list("forced_output_tokens", forced, limits.MAX_FORCED_TOKENS, "tokens")
+    ngram = check_count("no_repeat_ngram", body.no_repeat_ngram) if body.no_repeat_ngram is not None else 0
+    return values.sampling_params(
+        logit_bias=logit_bias(body.logit_bias, vocab_size),
+        bad_word_tokens=tuple(check_token_ids("bad_word_tokens", phrase, vocab_size) for phrase in phrases),
+        forced_output_tokens=check_token_ids("forced_output_tokens", forced, vocab_size),
+        no_repeat_ngram_size=ngram if ngram > 1 else 0,  # Friendli: 1 means off
+        logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+
+
+def max_tokens_for(body: Any, prompt: list[int], max_model_len: int) -> int:
+    """The output budget of one prompt, fitted to the context window."""
+    requested = resolve_max_tokens(body.max_tokens, body.max_completion_tokens)
+    if body.max_total_tokens is not None:
+        if requested is not None:
+            raise invalid("max_total_tokens", "give `max_tokens` or `max_total_tokens`, not both")
+        requested = body.max_total_tokens - len(prompt)
+        if requested < 1:
+            raise invalid("max_total_tokens", f"`max_total_tokens` ({body.max_total_tokens}) leaves no room "
+                                              f"after the prompt's {len(prompt)} tokens")
+    check_prompt_fits(len(prompt), max_model_len, "prompt")
+    room = max_model_len - len(prompt)
+    requested = DEFAULT_MAX_TOKENS if requested is None else requested
+    if requested > room and body.context_length_exceeded_behavior == "error":
+        raise invalid("prompt", f"the prompt's {len(prompt)} tokens plus max_tokens {requested} exceed "
+                                f"the context window of {max_model_len} tokens")
+    return min(requested, room)
+
+
+def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n: int,
+                    echo_last: float | None, logprobs: int | None) -> list[ChoiceRequest]:
+    """prompt index p, choice i -> choice index p * n + i, with the seed of choice i."""
+    tokenizer, vocab_size = server.tokenizer, server.tokenizer.vocab_size
+    values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
+    sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs, None)
+    stop = stop_criteria(body, values, DEFAULT_MAX_TOKENS, vocab_size)
+    seeds = choice_seed_list(body.seed, n)
+    choices = []
+    for p, prompt in enumerate(prompts):
+        if not prompt:
+            raise invalid("prompt", f"prompt {p} is empty")
+        max_tokens = max_tokens_for(body, prompt, server.max_model_len)
+        # Prompt logprobs serve the echo, and make a max_tokens 0 request a prefill.
+        wants_prompt = (echo_last is not None and logprobs is not None) or max_tokens == 0
+        prompt_logprobs = (logprobs or 0) if wants_prompt else None
+        choices += [ChoiceRequest(index=p * n + i, prompt_index=p, prompt_token_ids=prompt,
+                                  sampling=replace(sampling, seed=seeds[i], prompt_logprobs=prompt_logprobs),
+                                  stop=replace(stop, max_tokens=max_tokens)) for i in range(n)]
+    return choices

@@ -1,0 +1,102 @@
+"""The one generation path of the four POST routes: parse, plan, admit, run, render.
+
+Each dialect (api/completions, api/chat, api/responses, api/messages) describes itself with
+a `Dialect`: how its body is parsed (schema and registry refusals), how a body becomes a
+plan (the engine requests of its choices, and what the answer needs besides their output),
+and how the answer is written, whole or as a stream of events. `generate` runs them in that
+fixed order, so admission always counts planned choices and every route answers a client
+that went away the same way: its generation is aborted within one engine step, whether it
+streams or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from litestar import Request, Response
+
+from api.core.admission import admit
+from api.core.errors import ClientDisconnected
+from api.core.registry import Registry
+from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
+from api.core.sse import prefetched, sse_response
+from api.core.validation import read_json_body
+from api.state import ServerState
+
+
+class Plan(Protocol):
+    """What every dialect's plan tells the generation path."""
+
+    choices: list[ChoiceRequest]
+    stream: bool
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the request may wait for its first output (None: no bound)."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One API dialect's generation route, stage by stage."""
+
+    parse: Callable[[Any], Any]  # decoded JSON -> the body (a schema violation raises)
+    models: tuple[type, ...]  # the request models the body stands for, whose tables decide its fields
+    registry: Registry  # the dialect's field registry (api/<dialect>/fields.py)
+    plan: Callable[[Any, ServerState], Awaitable[Plan]]  # body -> plan (model checked already)
+    whole: Callable[[Plan, Generation, list[ChoiceResult]], Awaitable[Response]]
+    stream: Callable[[Plan, Generation], AsyncIterator[Any]]  # the events, first awaited before sending
+    named_events: bool = False  # SSE events carry an `event:` line (Responses, Messages)
+
+
+async def generate(dialect: Dialect, request: Request, server: ServerState) -> Response:
+    """Serve one generation request of `dialect`."""
+    body = await asyncio.to_thread(parse, dialect, await read_json_body(request))
+    server.require_model(body.model)
+    plan = await dialect.plan(body, server)
+    admit(server, len(plan.choices))
+    generation = Generation(server, plan.choices, timeout=plan.timeout)
+    try:
+        if plan.stream:
+            events = await prefetched(dialect.stream(plan, generation))
+            return sse_response(events, named=dialect.named_events)
+        results = await until_disconnected(request, collect(generation))
+        return await dialect.whole(plan, generation, results)
+    except BaseException:
+        generation.release()  # the events release as they end; this covers every other way out
+        raise
+
+
+def parse(dialect: Dialect, raw: Any) -> Any:
+    """The body, every given field checked against the registry (in a worker thread: a
+    large body takes a while to validate and walk)."""
+    body = dialect.parse(raw)
+    dialect.registry.refuse_within(body, models=dialect.models)
+    return body
+
+
+async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """`work`'s result, unless the client disconnects first: then `work` is cancelled (a
+    generation aborts its engine requests) and ClientDisconnected is raised, whose answer
+    nobody reads."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watcher):
+            if not pending.done():
+                pending.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled() or not task.done():
+        raise ClientDisconnected()
+    return task.result()
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    """Returns once the ASGI server reports the client gone. The body has been read, so the
+    server's next message is the disconnect (uvicorn sends it when the socket closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,70 @@
+"""The refusals every dialect shares: one rule and one wording per unserved feature.
+
+A value that asks for nothing this server would do differently (`tools: []`,
+`tool_choice: "none"` or `"auto"` with no tools, `response_format: {"type": "text"}`,
+`reasoning_effort: "none"` (or Fireworks' `false`), `thinking: {"type": "disabled"}`, the default service tier) is
+accepted by every dialect that has the field; any other value is refused, with the same
+reason wherever the feature is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from api.core.registry import Accepted, Refused
+
+TOOLS = "tool calling is not supported yet"
+STRUCTURED_OUTPUT = "structured output (JSON modes, schemas, grammars) is not supported yet"
+REASONING = "reasoning controls are not supported yet: the served model does not reason"
+SPECULATION = "speculative decoding and predicted outputs are not supported yet"
+BEAM_SEARCH = "beam search is not supported yet"
+TEXT_ONLY = "the served model is text-only"
+CACHE_PARTITIONS = "the prefix cache is shared by all requests and cannot be partitioned by key"
+SERVICE_TIERS = ("auto", "default")  # the one tier this server has, and the word for "any"
+
+
+def kind(value: Any) -> Any:
+    """A value's `type` when it is a tagged object (a model, a RootModel or a dict), the
+    value itself otherwise (a string, an enum member as its value)."""
+    value = getattr(value, "root", value)
+    if isinstance(value, dict):
+        return value.get("type")
+    return getattr(value, "type", getattr(value, "value", value))
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON data: RootModels unwrapped, enum members as their values, lists too."""
+    value = getattr(value, "root", value)
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return getattr(value, "value", value)
+
+
+def refused_unless(reason: str, *accepted: Any) -> Refused:
+    """Refused for every given value but the accepted ones (compared as plain data or by
+    their `type`), which ask for nothing."""
+    def applies(value: Any) -> bool:
+        return value is not None and plain(value) not in accepted and kind(value) not in accepted
+    return Refused(reason, applies)
+
+
+def refused_if(reason: str, asks: Callable[[Any], bool]) -> Refused:
+    return Refused(reason, lambda value: value is not None and asks(value))
+
+
+def refused_if_any(reason: str) -> Refused:
+    """Refused when non-empty: an empty list or object asks for nothing."""
+    return Refused(reason, lambda value: bool(plain(value)))
+
+
+# The shared fields, decided once.
+NO_TOOLS = refused_if_any(TOOLS)
+TOOL_CHOICE = refused_unless(f"{TOOLS}, so no tool can be required or named", "none", "auto")
+PARALLEL_TOOL_CALLS = Accepted("with no tools there are no calls to run in parallel")
+TEXT_FORMAT = refused_unless(STRUCTURED_OUTPUT, "text")
+REASONING_EFFORT = refused_unless(REASONING, "none", False)  # Fireworks reads false as "none"
+THINKING = refused_unless(REASONING, "disabled")
+REASONING_HISTORY = refused_unless(REASONING, "disabled")
+PREDICTION = refused_if_any(SPECULATION)
+SERVICE_TIER = refused_unless("only the default service tier is served", *SERVICE_TIERS)

@@ -1,0 +1,131 @@
+"""A generated reply as an Anthropic Message, whole or as its stream of events.
+
+The stream is message_start (the message with empty content and no stop reason yet),
+content_block_start, one content_block_delta (text_delta) per piece of text,
+content_block_stop, message_delta (stop_reason, stop_sequence, usage) and message_stop;
+api/core/sse.py sends each with an `event:` line naming its type. A generation that breaks off
+mid-stream ends with an `error` event instead, as Anthropic's streams do.
+
+Usage follows Anthropic's split of the prompt: `cache_read_input_tokens` are the prompt
+tokens the prefix cache already held, `input_tokens` the rest; nothing is ever written to
+a cache on request, so `cache_creation_input_tokens` is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import pydantic
+from litestar import Response
+
+from api.core.errors import ApiError
+from api.core.generation import ChoiceEvent, ChoiceResult, Generation
+from api.core.usage import Usage
+from api.messages.plan import MessagesPlan
+from generated.flint import (
+    AnthropicError,
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    ContentBlockStopEvent,
+    ErrorEvent,
+    Message,
+    MessageDelta,
+    MessageDeltaEvent,
+    MessageDeltaUsage,
+    MessageStartEvent,
+    MessageStopEvent,
+    MessageUsage,
+    StopReason,
+    TextBlock,
+    TextDelta,
+)
+
+SERVICE_TIER = "standard"  # the one tier this server has
+BROKEN_OFF = "generation failed mid-way; the reply is incomplete"
+# Engine finish reasons to Anthropic's (a stop string is reported apart: stop_sequence).
+STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
+
+
+@dataclass(frozen=True)
+class MessageIdentity:
+    id: str  # msg_...
+    model: str
+
+    @classmethod
+    def of(cls, generation: Generation) -> MessageIdentity:
+        return cls(id=f"msg_{generation.request_id}", model=generation.server.model.id)
+
+
+def stop_reason(finish_reason: str | None, stop: str | None) -> StopReason | None:
+    return StopReason.STOP_SEQUENCE if stop is not None else STOP_REASONS.get(finish_reason)
+
+
+def message_usage(usage: Usage) -> MessageUsage:
+    return MessageUsage(input_tokens=usage.num_prompt_tokens - usage.num_cached_tokens,
+                        output_tokens=usage.num_completion_tokens, cache_creation_input_tokens=0,
+                        cache_read_input_tokens=usage.num_cached_tokens, service_tier=SERVICE_TIER)
+
+
+def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage) -> Message:
+    """The whole reply; a generation that broke off is a 500 (a Message cannot say so)."""
+    if result.finish_reason == "error":
+        raise ApiError(500, BROKEN_OFF, error_type="api_error")
+    return Message(id=identity.id, type="message", role="assistant", model=identity.model,
+                   content=[TextBlock(type="text", text=result.text)],
+                   stop_reason=stop_reason(result.finish_reason, result.stop), stop_sequence=result.stop,
+                   usage=message_usage(usage))
+
+
+async def whole(plan: MessagesPlan, generation: Generation, results: list[ChoiceResult]) -> Response:
+    [result] = results
+    reply = message(MessageIdentity.of(generation), result, generation.usage)
+    return Response(reply.model_dump(mode="json", exclude_unset=True))
+
+
+async def stream(plan: MessagesPlan, generation: Generation) -> AsyncIterator[pydantic.BaseModel]:
+    """The reply's stream events. The first awaits the first engine output, so that a request
+    refused before any output is an HTTP error rather than a broken stream (api/core/sse.py
+    `prefetched`), and message_start can report the prompt's token counts."""
+    identity = MessageIdentity.of(generation)
+    async with aclosing(generation.events()) as events:
+        started = False
+        async for event in events:
+            if not started:
+                started = True
+                yield message_start(identity, generation.usage)
+                yield ContentBlockStartEvent(type="content_block_start", index=0,
+                                             content_block=TextBlock(type="text", text=""))
+            if event.text:
+                yield ContentBlockDeltaEvent(type="content_block_delta", index=0,
+                                             delta=TextDelta(type="text_delta", text=event.text))
+            if event.finish_reason is not None:
+                for closing in closing_events(event, generation.usage):
+                    yield closing
+                return
+
+
+def message_start(identity: MessageIdentity, usage: Usage) -> MessageStartEvent:
+    started = Message(id=identity.id, type="message", role="assistant", model=identity.model, content=[],
+                      stop_reason=None, stop_sequence=None,
+                      usage=message_usage(usage).model_copy(update={"output_tokens": 0}))
+    return MessageStartEvent(type="message_start", message=started)
+
+
+def closing_events(last: ChoiceEvent, usage: Usage) -> list[pydantic.BaseModel]:
+    """What follows the last text: the block's end, the stop reason and counts, the end."""
+    if last.finish_reason == "error":
+        return [ErrorEvent(type="error", error=AnthropicError(type="api_error", message=BROKEN_OFF))]
+    counts = message_usage(usage)
+    return [
+        ContentBlockStopEvent(type="content_block_stop", index=0),
+        MessageDeltaEvent(type="message_delta",
+                          delta=MessageDelta(stop_reason=stop_reason(last.finish_reason, last.stop),
+                                             stop_sequence=last.stop),
+                          usage=MessageDeltaUsage(output_tokens=counts.output_tokens,
+                                                  input_tokens=counts.input_tokens,
+                                                  cache_creation_input_tokens=0,
+                                                  cache_read_input_tokens=counts.cache_read_input_tokens)),
+        MessageStopEvent(type="message_stop"),
+    ]

@@ -1,0 +1,21 @@
+"""POST /v1/messages: Anthropic's Messages API, whole or streamed, with Anthropic-shaped errors."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, post
+from litestar.datastructures import State
+
+from api.core.pipeline import Dialect, generate
+from api.messages import body, fields, plan, render
+from api.messages.errors import ANTHROPIC_ERRORS
+
+MESSAGES = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_messages,
+                   whole=render.whole, stream=render.stream, named_events=True)
+
+
+@post("/messages", status_code=200, exception_handlers=ANTHROPIC_ERRORS.handlers())
+async def create_message(request: Request, state: State) -> Response:
+    return await generate(MESSAGES, request, state.server)
+
+
+HANDLERS = [create_message]

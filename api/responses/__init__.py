@@ -1,0 +1,1 @@
+"""The OpenAI Responses API: POST /v1/responses, and the stored responses."""

@@ -1,0 +1,124 @@
+"""The field registry of POST /v1/responses (api/core/registry.py): the request, its input
+items, their content parts and the nested option objects.
+
+Decisions beyond the spec (values that ask for what this server does anyway pass):
+- `function_call_output` items render as `tool` messages (their `call_id` as the message's
+  `tool_call_id`), so a client that runs tools itself can hand their results to the model;
+  `function_call`, `reasoning` and `item_reference` input items are refused;
+- tools, formats, reasoning and the service tier: the shared rules of api/core/refusals.py;
+  `truncation`: `disabled` (a prompt too long for the context is a 400); `background`:
+  false; `text.verbosity`: `medium`; `max_tool_calls`: any (with no tools, no calls);
+- `include`: only `message.output_text.logprobs`, with `top_logprobs` alternatives;
+- the `id`, `status`, `annotations` and `logprobs` of items given back as input are kept
+  with the stored input items (listed by GET /v1/responses/{id}/input_items), and do not
+  reach the prompt.
+"""
+
+from __future__ import annotations
+
+from api.core import refusals
+from api.core.registry import Accepted, ModelFields, Planned, Refused, Registry, Sampled
+from generated import fireworks_streaming
+from generated.flint import (
+    CreateResponseRequest,
+    EasyInputMessage,
+    FileCitationAnnotation,
+    FilePathAnnotation,
+    FunctionCallOutputItem,
+    FunctionToolCall,
+    InputFileContent,
+    InputImageContent,
+    InputTextContent,
+    ItemReference,
+    OutputMessage,
+    OutputTextContent,
+    ReasoningConfig,
+    ReasoningItem,
+    RefusalContent,
+    ResponseLogProb,
+    ResponseStreamOptions,
+    ResponseTextConfig,
+    ResponseTopLogProb,
+    UrlCitationAnnotation,
+)
+
+BASIC = "tests/api/test_responses.py::"
+STREAM = "tests/api/test_responses_stream.py::"
+STORED = "tests/api/test_responses_store.py::"
+REFUSALS = "tests/api/test_responses_refusals.py::"
+RENDERED = Planned("input.item_message", BASIC + "test_input_items_render_through_the_chat_template")
+KEPT = Planned("input.stored_item", STORED + "test_input_items_keep_what_the_client_gave")
+ECHOED = Planned("render.settings_of", BASIC + "test_the_response_echoes_its_settings")
+TOOL_OUTPUT = Planned("input.item_message", BASIC + "test_function_call_output_renders_as_a_tool_message")
+NON_TEXT = Planned("input.part_text", REFUSALS + "test_image_and_file_parts_are_refused")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def unless_logprobs_include(value) -> bool:
+    return value is not None and any(refusals.plain(item) != LOGPROBS_INCLUDE for item in value)
+
+
+REQUEST = ModelFields(CreateResponseRequest, {
+    "model": Planned("api.core.pipeline.generate", REFUSALS + "test_unknown_model_is_404"),
+    "input": RENDERED,
+    "instructions": Planned("input.chat_messages", BASIC + "test_instructions_become_the_system_message"),
+    "max_output_tokens": Planned("plan.sampling_of", BASIC + "test_max_output_tokens_makes_the_response_incomplete"),
+    "temperature": Sampled(),
+    "top_p": Sampled(),
+    "top_logprobs": Planned("plan.logprobs_count", BASIC + "test_logprobs_match_the_engine"),
+    "metadata": Planned("store.save_response", STORED + "test_a_stored_response_is_retrieved_as_returned"),
+    "store": Planned("store.save_response", STORED + "test_store_false_keeps_nothing"),
+    "previous_response_id": Planned("store.previous_response",
+                                    STORED + "test_previous_response_id_puts_the_history_in_the_prompt"),
+    "stream": Planned("api.core.pipeline.generate", STREAM + "test_stream_events_arrive_in_order_and_match_the_response"),
+    "stream_options": Planned("plan.plan_response", STREAM + "test_obfuscation_pads_deltas_unless_turned_off"),
+    "user": ECHOED,
+    "safety_identifier": ECHOED,
+    "prompt_cache_key": ECHOED,
+    "text": ECHOED,
+    "reasoning": ECHOED,
+    "include": Refused(f"only {LOGPROBS_INCLUDE!r} can be included here", unless_logprobs_include),
+    "tools": refusals.NO_TOOLS,
+    "tool_choice": refusals.TOOL_CHOICE,
+    "parallel_tool_calls": refusals.PARALLEL_TOOL_CALLS,
+    "max_tool_calls": Accepted("with no tools there are no tool calls to count"),
+    "background": Refused("background responses are not supported", lambda value: value is True),
+    "truncation": refusals.refused_unless("a conversation is never truncated: one that does not fit is refused",
+                                          "disabled"),
+    "service_tier": refusals.SERVICE_TIER,
+})
+
+REGISTRY = Registry([
+    REQUEST,
+    # The AsyncAPI (Fireworks streaming) body of the same route is a subset of OpenAI's.
+    ModelFields(fireworks_streaming.ResponseRequest, like=CreateResponseRequest),
+    ModelFields(ResponseTextConfig, {"format": refusals.TEXT_FORMAT,
+                                     "verbosity": refusals.refused_unless("verbosity controls are not supported",
+                                                                          "medium")}),
+    ModelFields(ReasoningConfig, {
+        "effort": refusals.REASONING_EFFORT,
+        "summary": refusals.refused_if_any(refusals.REASONING),
+        "generate_summary": refusals.refused_if_any(refusals.REASONING)}),
+    ModelFields(ResponseStreamOptions, {
+        "include_obfuscation": Planned("render.ResponseEventWriter", STREAM + "test_obfuscation_pads_deltas_unless_turned_off")}),
+    ModelFields(EasyInputMessage, {"type": RENDERED, "role": RENDERED, "content": RENDERED, "id": KEPT, "status": KEPT}),
+    ModelFields(OutputMessage, {"type": RENDERED, "role": RENDERED, "content": RENDERED, "id": KEPT, "status": KEPT}),
+    ModelFields(FunctionCallOutputItem, {"type": TOOL_OUTPUT, "call_id": TOOL_OUTPUT, "output": TOOL_OUTPUT,
+                                         "id": KEPT, "status": KEPT}),
+    *[ModelFields(item_cls, {name: reason for name in item_cls.model_fields}) for item_cls, reason in (
+        (FunctionToolCall, f"function_call input items need tools: {refusals.TOOLS}"),
+        (ReasoningItem, f"reasoning input items: {refusals.REASONING}"),
+        (ItemReference, "item references are not supported: continue a stored conversation with "
+                        "`previous_response_id`"))],
+    ModelFields(InputTextContent, {"type": RENDERED, "text": RENDERED}),
+    ModelFields(OutputTextContent, {"type": RENDERED, "text": RENDERED, "annotations": KEPT, "logprobs": KEPT}),
+    ModelFields(RefusalContent, {"type": RENDERED, "refusal": RENDERED}),
+    ModelFields(InputImageContent, {"type": NON_TEXT, **{name: f"{refusals.TEXT_ONLY}: it cannot take image input"
+                                                          for name in ("image_url", "file_id", "detail")}}),
+    ModelFields(InputFileContent, {"type": NON_TEXT, **{name: f"{refusals.TEXT_ONLY}: it cannot take file input"
+                                                         for name in ("file_id", "filename", "file_data", "file_url")}}),
+    # What an earlier answer's output_text part carried, given back: kept, never rendered.
+    *[ModelFields(kept_cls, {name: KEPT for name in kept_cls.model_fields})
+      for kept_cls in (ResponseLogProb, ResponseTopLogProb, UrlCitationAnnotation, FileCitationAnnotation,
+                       FilePathAnnotation)],
+])

@@ -1,0 +1,90 @@
+"""Responses API input: conversation items as stored, and as chat messages for the template.
+
+`input` is a string (one user message) or a list of items. Each item is kept as the client
+gave it, with an `id` (and `status`) filled in when missing and a message's string content
+written as one text part, which is the shape GET /v1/responses/{id}/input_items lists.
+
+For the prompt, items become chat messages (api/chat_messages.py renders them): a message
+keeps its role and its text parts joined; an earlier answer's output_text and refusal parts
+count as the assistant's text; a `function_call_output` becomes a `tool` message whose
+`tool_call_id` is the item's `call_id`. Image and file parts are refused (text-only model).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from api.core.prompt import PART_SEPARATOR
+from api.core.errors import ApiError
+from generated.flint import CreateResponseRequest
+
+Item = dict[str, Any]
+TEXT_PART_FIELDS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
+NON_TEXT_PARTS = {"input_image": "image", "input_file": "file"}
+# The prefix of the ids this server gives items, by item type (as OpenAI's ids read).
+ID_PREFIXES = {"message": "msg", "function_call_output": "fco"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def request_items(request: CreateResponseRequest) -> list[Item]:
+    """The request's input as stored items (see the module docstring)."""
+    given = request.input
+    if isinstance(given, str):
+        return [stored_item({"role": "user", "content": given})]
+    return [stored_item(item.model_dump(mode="json", by_alias=True, exclude_unset=True)) for item in given]
+
+
+def stored_item(item: Mapping[str, Any]) -> Item:
+    """`item` with its type, id and status filled in, and string content as one text part."""
+    stored = {"type": "message", **item}
+    stored.setdefault("id", new_id(ID_PREFIXES[stored["type"]]))
+    stored.setdefault("status", "completed")
+    if stored["type"] == "message" and isinstance(stored["content"], str):
+        part_type = "output_text" if stored["role"] == "assistant" else "input_text"
+        stored["content"] = [text_part(part_type, stored["content"])]
+    return stored
+
+
+def text_part(part_type: str, text: str) -> dict[str, Any]:
+    if part_type == "output_text":
+        return {"type": "output_text", "text": text, "annotations": []}
+    return {"type": part_type, "text": text}
+
+
+def chat_messages(instructions: str | None, history: Sequence[Item], items: Sequence[Item]) -> list[Item]:
+    """The chat messages of a prompt: instructions first (as a developer message, which a
+    template without that role reads as system), then the earlier turns, then this input."""
+    messages = [{"role": "developer", "content": instructions}] if instructions else []
+    messages += [item_message(item, None) for item in history]
+    messages += [item_message(item, index) for index, item in enumerate(items)]
+    return messages
+
+
+def item_message(item: Mapping[str, Any], index: int | None) -> Item:
+    """One item as a chat message; `index`: its place in this request's input, for errors."""
+    if item["type"] == "function_call_output":
+        return {"role": "tool", "content": content_text(item["output"], index, "output"),
+                "tool_call_id": item["call_id"]}
+    return {"role": item["role"], "content": content_text(item["content"], index, "content")}
+
+
+def content_text(content: str | Sequence[Mapping[str, Any]], index: int | None, field: str) -> str:
+    """The text of a message's content, its parts' texts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    return PART_SEPARATOR.join(part_text(part, index, field, j) for j, part in enumerate(content))
+
+
+def part_text(part: Mapping[str, Any], index: int | None, field: str, part_index: int) -> str:
+    text_field = TEXT_PART_FIELDS.get(part["type"])
+    if text_field is not None:
+        return part[text_field]
+    kind = NON_TEXT_PARTS.get(part["type"], "non-text")
+    raise ApiError(400, f"input[{index}].{field}[{part_index}] is an `{part['type']}` part, but this "
+                        f"model is text-only: it cannot take {kind} input",
+                   param=f"input.[{index}].{field}.[{part_index}]", code="unsupported_content_part")

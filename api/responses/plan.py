@@ -1,0 +1,97 @@
+"""A Responses API request body to the engine request of its one answer.
+
+The conversation (a stored predecessor's turns, then the instructions and this input)
+becomes prompt ids through the chat template (api/core/prompt.py), and the sampling fields
+one SamplingParams. `max_output_tokens` is an upper bound: the answer also stops at the end
+of the context window.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from api.core.errors import invalid
+from api.core.generation import ChoiceRequest
+from api.core.prompt import chat_prompt_ids
+from api.core.sampling import check_count, choice_seed_list, engine_values
+from api.responses.body import MODELS
+from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
+from api.responses.input import Item, chat_messages, request_items
+from api.responses.store import conversation_of, previous_response
+from api.state import ServerState
+from engine.sampling.params import MAX_LOGPROBS
+from generated.flint import CreateResponseRequest
+
+log = logging.getLogger("flint")
+
+# Accepted and only logged: they identify the caller, and this server bills nobody.
+LOGGED_FIELDS = ("user", "safety_identifier", "prompt_cache_key")
+
+
+@dataclass(frozen=True)
+class ResponsePlan:
+    """What the answer needs besides the generated text."""
+
+    request: CreateResponseRequest
+    body: dict[str, Any]  # the request as given (JSON), for the store
+    history: list[Item]  # the stored conversation this one continues, oldest first
+    input_items: list[Item]  # this request's input as stored items
+    choices: list[ChoiceRequest]  # the one answer
+    logprobs: bool  # output_text parts carry logprobs
+    timeout: float | None = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+    @property
+    def choice(self) -> ChoiceRequest:
+        return self.choices[0]
+
+    @property
+    def include_obfuscation(self) -> bool:
+        options = self.request.stream_options
+        return options is None or options.include_obfuscation is not False
+
+
+async def plan_response(request: CreateResponseRequest, server: ServerState) -> ResponsePlan:
+    """The engine request and answer options of a parsed request."""
+    fields = request.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    log_caller(fields)
+    if request.stream_options is not None and not request.stream:
+        raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
+    previous = await previous_response(server, request.previous_response_id)
+    history = conversation_of(previous) if previous is not None else []
+    items = request_items(request)
+    prompt_ids = await chat_prompt_ids(server, chat_messages(request.instructions, history, items), param="input")
+    choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids,
+                           **sampling_of(request, server, server.max_model_len - len(prompt_ids)))
+    return ResponsePlan(request=request, body=fields, history=history, input_items=items, choices=[choice],
+                        logprobs=choice.sampling.logprobs is not None)
+
+
+def sampling_of(request: CreateResponseRequest, server: ServerState, room: int) -> dict[str, Any]:
+    """SamplingParams (with a seed of its own: the Responses API takes none) and StopCriteria."""
+    values = engine_values(REGISTRY, MODELS, request.__dict__, request.model_fields_set, server.tokenizer.vocab_size)
+    limit = room if request.max_output_tokens is None else check_count("max_output_tokens", request.max_output_tokens)
+    [seed] = choice_seed_list(None, 1)
+    return {"sampling": values.sampling_params(logprobs=logprobs_count(request), seed=seed),
+            "stop": values.stop_criteria(max_tokens=min(limit, room))}
+
+
+def logprobs_count(request: CreateResponseRequest) -> int | None:
+    """Alternatives per token when the output's logprobs are included, else None."""
+    included = any(item.value == LOGPROBS_INCLUDE for item in request.include or [])
+    if request.top_logprobs is not None:
+        check_count("top_logprobs", request.top_logprobs, MAX_LOGPROBS)
+        if not included:
+            raise invalid("top_logprobs", f"`top_logprobs` needs `include: [\"{LOGPROBS_INCLUDE}\"]`")
+    return (request.top_logprobs or 0) if included else None
+
+
+def log_caller(fields: dict[str, Any]) -> None:
+    given = {name: fields[name] for name in LOGGED_FIELDS if fields.get(name) is not None}
+    if given:
+        log.info("response for %s", given)

@@ -1,0 +1,243 @@
+"""A generated answer as a Responses API result: one Response object, or its event stream.
+
+Objects are built as JSON dicts and checked against the generated `Response` model, so a
+stored response, a streamed event's response and a returned one are the same data.
+Status: `completed` when the model ended its answer; `incomplete`, with
+`incomplete_details.reason` `max_output_tokens`, when the token limit (or the end of the
+context window) cut it; `failed`, with `error`, when generation broke off.
+
+The stream, each event carrying `sequence_number` 0, 1, 2, ... (sent with an `event:` line
+naming its type, api/core/sse.py):
+
+    response.created, response.in_progress           the response, in_progress, no output
+    response.output_item.added                        the assistant message, in_progress
+    response.content_part.added                       its output_text part, empty
+    response.output_text.delta ...                    the text as it comes
+    response.output_text.done, response.content_part.done, response.output_item.done
+    response.completed | response.incomplete          the final response, with usage
+
+A response is stored before its last event is sent (or before it is returned). When
+generation breaks off once the stream has begun, the stream ends with response.failed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Response
+
+from api.core.errors import ApiError
+from api.core.generation import ChoiceEvent, ChoiceResult, Generation
+from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
+from api.core.usage import Usage
+from api.responses.input import new_id
+from api.responses.plan import ResponsePlan
+from api.responses.store import save_response
+from api.state import ServerState
+from engine.request import TokenLogprob
+from engine.tokenizer import Tokenizer
+from generated.flint import Response as ResponseObject
+
+Json = dict[str, Any]
+STATUS_BY_FINISH = {"stop": "completed", "length": "incomplete"}
+
+
+@dataclass(frozen=True)
+class ResponseIdentity:
+    """What every object of one response shares: its id, its output message's id, when."""
+
+    model: str
+    id: str = field(default_factory=lambda: f"resp_{uuid.uuid4().hex}")
+    message_id: str = field(default_factory=lambda: new_id("msg"))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def of(cls, generation: Generation) -> ResponseIdentity:
+        return cls(model=generation.server.model.id, id=f"resp_{generation.request_id}")
+
+
+def status_of(finish_reason: str | None) -> str:
+    return STATUS_BY_FINISH.get(finish_reason, "failed")
+
+
+def response_object(identity: ResponseIdentity, plan: ResponsePlan, status: str,
+                    output: list[Json], usage: Json | None = None, error: Json | None = None) -> Json:
+    """The Response as JSON, echoing the settings it was made with."""
+    response = {
+        "id": identity.id, "object": "response", "created_at": identity.created_at, "status": status,
+        "error": error,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "model": identity.model, "output": output, "usage": usage, **settings_of(plan),
+    }
+    ResponseObject.model_validate(response)  # the spec's shape, checked where it is made
+    return response
+
+
+def settings_of(plan: ResponsePlan) -> Json:
+    """The request's settings as a Response reports them: the values in effect."""
+    request, sampling = plan.request, plan.choice.sampling
+    return {
+        "instructions": request.instructions, "previous_response_id": request.previous_response_id,
+        "temperature": sampling.temperature, "top_p": sampling.top_p, "top_logprobs": request.top_logprobs,
+        "max_output_tokens": request.max_output_tokens, "metadata": plan.body.get("metadata") or {},
+        "store": request.store is not False, "background": False, "service_tier": SERVICE_TIER,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "reasoning": {"effort": (plan.body.get("reasoning") or {}).get("effort"), "summary": None},
+        "tool_choice": plan.body.get("tool_choice") or "auto", "tools": [], "parallel_tool_calls": True,
+        "max_tool_calls": None, "truncation": "disabled", "user": request.user,
+        "safety_identifier": request.safety_identifier, "prompt_cache_key": request.prompt_cache_key,
+    }
+
+
+def output_message(identity: ResponseIdentity, status: str, parts: list[Json]) -> Json:
+    """The assistant message item of the output (`in_progress` while streaming)."""
+    item_status = status if status in ("in_progress", "incomplete") else "completed"
+    return {"id": identity.message_id, "type": "message", "role": "assistant", "status": item_status,
+            "content": parts}
+
+
+def output_text_part(text: str, logprobs: list[Json] | None) -> Json:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not None:
+        part["logprobs"] = logprobs
+    return part
+
+
+def logprob_entries(tokenizer: Tokenizer, logprobs: Sequence[TokenLogprob]) -> list[Json]:
+    """Each token's logprob with its top alternatives: the chat completion entries, which
+    have the same shape (token, logprob, bytes, top_logprobs)."""
+    return [entry.model_dump(mode="json") for entry in choice_logprobs(tokenizer, logprobs).content]
+
+
+def usage_object(usage: Usage) -> Json:
+    return {
+        "input_tokens": usage.num_prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.num_cached_tokens},
+        "output_tokens": usage.num_completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},  # this model does not reason
+        "total_tokens": usage.num_prompt_tokens + usage.num_completion_tokens,
+    }
+
+
+def failure(message: str = "generation failed before the answer was complete") -> Json:
+    return {"code": "server_error", "message": message}
+
+
+FINAL_EVENTS = {"completed": "response.completed", "incomplete": "response.incomplete",
+                "failed": "response.failed"}
+
+
+async def whole(plan: ResponsePlan, generation: Generation, results: list[ChoiceResult]) -> Response:
+    """The finished (and stored) response of a non-streamed request."""
+    [result], server = results, generation.server
+    status = status_of(result.finish_reason)
+    if status == "failed":
+        raise ApiError(500, "generation failed before the answer was complete", error_type="server_error")
+    logprobs = logprob_entries(server.tokenizer, result.logprobs) if plan.logprobs else None
+    identity = ResponseIdentity.of(generation)
+    output = [output_message(identity, status, [output_text_part(result.text, logprobs)])]
+    response = response_object(identity, plan, status, output, usage_object(generation.usage))
+    await save_response(server, plan, response)
+    return Response(response)
+
+
+def stream(plan: ResponsePlan, generation: Generation) -> AsyncIterator[Json]:
+    """The events of a streamed response."""
+    return ResponseEventWriter(generation.server, ResponseIdentity.of(generation), plan).events(generation)
+
+
+class ResponseEventWriter:
+    """The events of one streamed response, numbered in order."""
+
+    def __init__(self, server: ServerState, identity: ResponseIdentity, plan: ResponsePlan) -> None:
+        self.server = server
+        self.identity = identity
+        self.plan = plan
+        self.sequence_number = 0
+        self.text = ""
+        self.logprobs: list[Json] | None = [] if plan.logprobs else None
+
+    async def events(self, generation: Generation) -> AsyncIterator[Json]:
+        """Every event of the stream. The opening events wait for the engine's first output,
+        so a request refused before then raises (api/sse.py `prefetched` makes that an HTTP
+        error); once the stream has begun, a failure ends it with response.failed."""
+        started, finish = False, None
+        async with aclosing(generation.events()) as events:
+            try:
+                async for event in events:
+                    if not started:
+                        started = True
+                        for opening in self.opening_events():
+                            yield opening
+                    for delta in self.deltas(event):
+                        yield delta
+                    finish = event.finish_reason or finish
+            except ApiError as error:
+                if not started:
+                    raise
+                yield self.final_event("failed", generation, error=failure(str(error)))
+                return
+        status = status_of(finish)
+        if status == "failed":  # the engine broke off: nothing to close or store
+            yield self.final_event(status, generation)
+            return
+        for closing in self.closing_events(status):
+            yield closing
+        final = self.final_event(status, generation)
+        await save_response(self.server, self.plan, final["response"])
+        yield final
+
+    def event(self, event_type: str, **fields: Any) -> Json:
+        event = {"type": event_type, "sequence_number": self.sequence_number, **fields}
+        self.sequence_number += 1
+        return event
+
+    def opening_events(self) -> list[Json]:
+        empty = response_object(self.identity, self.plan, "in_progress", [])
+        place = {"item_id": self.identity.message_id, "output_index": 0, "content_index": 0}
+        return [
+            self.event("response.created", response=empty),
+            self.event("response.in_progress", response=empty),
+            self.event("response.output_item.added", output_index=0,
+                       item=output_message(self.identity, "in_progress", [])),
+            self.event("response.content_part.added", **place,
+                       part=output_text_part("", [] if self.logprobs is not None else None)),
+        ]
+
+    def deltas(self, event: ChoiceEvent) -> list[Json]:
+        if not event.text and not (self.logprobs is not None and event.logprobs):
+            return []
+        logprobs = []
+        if self.logprobs is not None:
+            logprobs = logprob_entries(self.server.tokenizer, event.logprobs or [])
+            self.logprobs += logprobs
+        self.text += event.text
+        delta = self.event("response.output_text.delta", item_id=self.identity.message_id, output_index=0,
+                           content_index=0, delta=event.text, logprobs=logprobs)
+        if self.plan.include_obfuscation:
+            delta["obfuscation"] = obfuscation_padding()
+        return [delta]
+
+    def closing_events(self, status: str) -> list[Json]:
+        place = {"item_id": self.identity.message_id, "output_index": 0, "content_index": 0}
+        part = output_text_part(self.text, self.logprobs)
+        return [
+            self.event("response.output_text.done", **place, text=self.text, logprobs=self.logprobs or []),
+            self.event("response.content_part.done", **place, part=part),
+            self.event("response.output_item.done", output_index=0, item=self.output_item(status)),
+        ]
+
+    def output_item(self, status: str) -> Json:
+        return output_message(self.identity, status, [output_text_part(self.text, self.logprobs)])
+
+    def final_event(self, status: str, generation: Generation, error: Json | None = None) -> Json:
+        if status == "failed" and error is None:
+            error = failure()
+        output = [self.output_item(status)] if status != "failed" else []
+        response = response_object(self.identity, self.plan, status, output, usage_object(generation.usage), error)
+        return self.event(FINAL_EVENTS[status], response=response)

@@ -1,0 +1,64 @@
+"""The dialects agree on what they cannot serve: a value that asks for nothing is accepted by
+every dialect that has the field, and a value that asks for an unserved feature is refused
+by each with the same reason (api/core/refusals.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.core import refusals
+
+MODEL = "SmolLM2-135M-Instruct"
+USER = [{"role": "user", "content": "hi"}]
+BASES = {
+    "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
+    "chat": ("/v1/chat/completions", {"model": MODEL, "messages": USER, "max_completion_tokens": 1}),
+    "responses": ("/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 16}),
+    "messages": ("/v1/messages", {"model": MODEL, "messages": USER, "max_tokens": 1}),
+}
+TOOL = {"chat": {"type": "function", "function": {"name": "add"}},
+        "responses": {"type": "function", "name": "add"},
+        "messages": {"name": "add", "input_schema": {"type": "object"}}}
+
+# (dialect, field, a value that asks for nothing, a value that asks for the feature, its reason)
+CASES = [
+    *[(d, "tools", [], [TOOL[d]], refusals.TOOLS) for d in ("chat", "responses", "messages")],
+    ("chat", "tool_choice", "auto", "required", refusals.TOOLS),
+    ("responses", "tool_choice", "auto", "required", refusals.TOOLS),
+    ("messages", "tool_choice", {"type": "auto"}, {"type": "any"}, refusals.TOOLS),
+    ("chat", "tool_choice", "none", {"type": "function", "function": {"name": "add"}}, refusals.TOOLS),
+    ("completions", "response_format", {"type": "text"}, {"type": "json_object"}, refusals.STRUCTURED_OUTPUT),
+    ("chat", "response_format", {"type": "text"}, {"type": "json_object"}, refusals.STRUCTURED_OUTPUT),
+    ("responses", "text", {"format": {"type": "text"}}, {"format": {"type": "json_object"}},
+     refusals.STRUCTURED_OUTPUT),
+    ("completions", "reasoning_effort", "none", "high", refusals.REASONING),
+    ("chat", "reasoning_effort", "none", "high", refusals.REASONING),
+    ("responses", "reasoning", {"effort": "none"}, {"effort": "high"}, refusals.REASONING),
+    ("completions", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.REASONING),
+    ("chat", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.REASONING),
+    ("messages", "thinking", {"type": "disabled"}, {"type": "enabled", "budget_tokens": 2048}, refusals.REASONING),
+    ("completions", "reasoning_history", "disabled", "preserved", refusals.REASONING),
+    ("chat", "reasoning_history", "disabled", "preserved", refusals.REASONING),
+    ("completions", "prediction", None, "guess", refusals.SPECULATION),
+    ("chat", "prediction", None, {"type": "content", "content": "x"}, refusals.SPECULATION),
+    ("completions", "service_tier", "default", "priority", "default service tier"),
+    ("chat", "service_tier", "auto", "priority", "default service tier"),
+    ("responses", "service_tier", "default", "flex", "default service tier"),
+]
+IDS = [f"{dialect}.{field}={refused!r}" for dialect, field, _, refused, _ in CASES]
+
+
+@pytest.mark.parametrize("dialect, field, accepted, refused, reason", CASES, ids=IDS)
+def test_the_no_op_value_is_served(client, dialect, field, accepted, refused, reason):
+    url, base = BASES[dialect]
+    response = client.post(url, json={**base, field: accepted})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("dialect, field, accepted, refused, reason", CASES, ids=IDS)
+def test_the_feature_is_refused_with_the_shared_reason(client, dialect, field, accepted, refused, reason):
+    url, base = BASES[dialect]
+    response = client.post(url, json={**base, field: refused})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert f"`{field}" in message and reason in message, message

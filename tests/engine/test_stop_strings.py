@@ -1,0 +1,72 @@
+"""The stop-string matcher: text split anywhere gives the same result as whole text."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.stop_strings import StopStringMatcher
+
+
+def feed_all(stops, pieces):
+    """(emitted text, stop hit, the emitted text after each piece) of feeding `pieces`."""
+    matcher = StopStringMatcher(stops)
+    emitted, stop, steps = "", None, []
+    for piece in pieces:
+        scan = matcher.feed(piece)
+        emitted += scan.text
+        steps.append(emitted)
+        stop = stop or scan.stop
+    if stop is None:
+        emitted += matcher.flush()
+    return emitted, stop, steps
+
+
+def reference(stops, text):
+    """The definition: cut at the earliest occurrence of any stop string."""
+    hits = [(text.find(s), s) for s in stops if s in text]
+    if not hits:
+        return text, None
+    position, stop = min(hits)
+    return text[:position], stop
+
+
+TEXT = "The quick brown fox jumps over the lazy dog. END of story"
+
+
+@pytest.mark.parametrize("stops", [["fox"], ["END"], ["lazy dog.", "quick"], ["zzz"], ["o"], ["dog. E", "s"]])
+def test_every_split_of_the_text_gives_the_reference_result(stops):
+    expected = reference(stops, TEXT)
+    for cut in range(len(TEXT) + 1):
+        for second in (cut, min(len(TEXT), cut + 3)):
+            pieces = [TEXT[:cut], TEXT[cut:second], TEXT[second:]]
+            emitted, stop, _ = feed_all(stops, pieces)
+            assert (emitted, stop) == expected, (stops, pieces)
+    one_char_each = feed_all(stops, list(TEXT))[:2]
+    assert one_char_each == expected
+
+
+def test_only_a_possible_stop_prefix_is_held_back():
+    matcher = StopStringMatcher(["STOP"])
+    assert matcher.feed("abc ST").text == "abc "  # "ST" could begin STOP
+    assert matcher.feed("x").text == "STx"  # it did not
+    assert matcher.feed("S").text == ""
+    assert matcher.feed("TO").text == ""
+    scan = matcher.feed("P and more")
+    assert (scan.text, scan.stop) == ("", "STOP")
+    assert matcher.feed("later text").text == "" and matcher.flush() == ""
+
+
+def test_flush_returns_held_text_when_generation_ends():
+    matcher = StopStringMatcher(["</end>"])
+    assert matcher.feed("result </e").text == "result "
+    assert matcher.flush() == "</e"
+
+
+def test_the_earliest_stop_wins_even_if_another_began_first():
+    # "abcd" begins at 0 but "bc" ends first and starts earlier than any later match.
+    assert feed_all(["abcdX", "bc"], ["ab", "cd"])[:2] == ("a", "bc")
+
+
+def test_empty_stop_strings_are_refused():
+    with pytest.raises(ValueError):
+        StopStringMatcher([""])
