@@ -6,22 +6,17 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 
 from api.auth import api_key_guard
-from api.chat import fields as chat_fields
 from api.chat import route as chat
-from api.completions import fields as completions_fields
 from api.completions import route as completions
 from api.core.admission import require_serving
 from api.core.errors import OPENAI_ERRORS
 from api.core.registry import Registry
 from api.lifecycle import EngineFactory, EngineLifecycle, load_engine
-from api.messages import fields as messages_fields
 from api.messages import route as messages
-from api.responses import fields as responses_fields
 from api.responses import route as responses
 from api.routes import health, metrics, models
 from api.settings import Settings
 from api.state import ServerState
-from api.tokens import fields as tokens_fields
 from api.tokens import route as tokens
 from engine.loader.source import resolve_model
 
@@ -34,8 +29,8 @@ API_HANDLERS = [models.list_models, models.retrieve_model, *tokens.HANDLERS, *co
 # route serves one, its entry goes and its fields get a table (tests/api/test_field_registry.py).
 NOT_SERVED: dict[type, str] = {}
 # Every route's field registry, for the checks that walk them all.
-REGISTRY = Registry.combined([completions_fields.REGISTRY, chat_fields.REGISTRY, responses_fields.REGISTRY,
-                              messages_fields.REGISTRY, tokens_fields.REGISTRY, Registry(not_served=NOT_SERVED)])
+REGISTRY = Registry.combined([completions.COMPLETIONS.registry, chat.CHAT.registry, responses.RESPONSES.registry,
+                              messages.MESSAGES.registry, tokens.REGISTRY, Registry(not_served=NOT_SERVED)])
 
 
 def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) -> Litestar:

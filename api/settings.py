@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
-from api.store import default_data_dir
 from engine.config import EngineConfig
 
 MIB = 1024 * 1024
+
+
+def default_data_dir() -> str:
+    """$FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, else ~/.local/share/flint."""
+    if os.environ.get("FLINT_DATA_DIR"):
+        return os.environ["FLINT_DATA_DIR"]
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "flint")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ them; the store never interprets them beyond the ids of their items."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +25,6 @@ Json = dict[str, Any]
 STORE_FILE = "flint.db"
 # The asyncio driver the store uses for each database it supports.
 ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
-
-
-def default_data_dir() -> str:
-    """$FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, else ~/.local/share/flint."""
-    if os.environ.get("FLINT_DATA_DIR"):
-        return os.environ["FLINT_DATA_DIR"]
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "flint")
 
 
 def store_url(data_dir: str, url: str | None) -> str:

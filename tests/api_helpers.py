@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import httpx
+import uvicorn
 from litestar.testing import TestClient
 
 from engine.config import EngineConfig
@@ -29,3 +35,27 @@ def rendered_ids(tokenizer, messages, prefill: str = "") -> list[int]:
     an assistant turn that starts with `prefill`: what a route's rendering of the equivalent
     request must equal."""
     return tokenizer.encode(tokenizer.render_chat(messages) + prefill, add_special_tokens=False)
+
+
+@contextmanager
+def live_app(app, timeout: float = 600) -> Iterator[str]:
+    """`app` served by a real uvicorn on a free loopback port, in a thread of this process
+    (the test client buffers whole responses and never sees a closed socket); yields its
+    base URL once it is healthy, and stops it afterwards."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
+    thread.start()
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while not server.started or httpx.get(f"{base_url}/health", timeout=5).status_code != 200:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        assert app.state.server.phase != "failed", "the engine failed to load"
+        time.sleep(0.1)
+    try:
+        yield base_url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)

@@ -67,7 +67,7 @@ REQUEST = ModelFields(CreateResponseRequest, {
     "top_p": Sampled(),
     "top_logprobs": Planned("plan.logprobs_count", BASIC + "test_logprobs_match_the_engine"),
     "metadata": Planned("store.save_response", STORED + "test_a_stored_response_is_retrieved_as_returned"),
-    "store": Planned("store.save_response", STORED + "test_store_false_keeps_nothing"),
+    "store": Planned("render.keep", STORED + "test_store_false_keeps_nothing"),
     "previous_response_id": Planned("store.previous_response",
                                     STORED + "test_previous_response_id_puts_the_history_in_the_prompt"),
     "stream": Planned("api.core.pipeline.generate", STREAM + "test_stream_events_arrive_in_order_and_match_the_response"),

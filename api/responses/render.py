@@ -142,8 +142,14 @@ async def whole(plan: ResponsePlan, generation: Generation, results: list[Choice
     identity = ResponseIdentity.of(generation)
     output = [output_message(identity, status, [output_text_part(result.text, logprobs)])]
     response = response_object(identity, plan, status, output, usage_object(generation.usage))
-    await save_response(server, plan, response)
+    await keep(server, plan, response)
     return Response(response)
+
+
+async def keep(server: ServerState, plan: ResponsePlan, response: Json) -> None:
+    """Store `response` unless its request said `store: false`."""
+    if plan.request.store is not False:
+        await save_response(server, response, plan.body, plan.history, plan.input_items)
 
 
 def stream(plan: ResponsePlan, generation: Generation) -> AsyncIterator[Json]:
@@ -189,7 +195,7 @@ class ResponseEventWriter:
         for closing in self.closing_events(status):
             yield closing
         final = self.final_event(status, generation)
-        await save_response(self.server, self.plan, final["response"])
+        await keep(self.server, self.plan, final["response"])
         yield final
 
     def event(self, event_type: str, **fields: Any) -> Json:

@@ -9,15 +9,13 @@ earlier response.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+Item = dict[str, Any]  # an input or output item, as JSON
 
 from api.core.errors import ApiError
-from api.responses.input import Item
 from api.state import ServerState
 from api.store import Page, StoredResponse, UnknownCursorError
-
-if TYPE_CHECKING:
-    from api.responses.plan import ResponsePlan
 
 
 def response_not_found(response_id: str, param: str | None = None) -> ApiError:
@@ -40,13 +38,13 @@ def conversation_of(stored: StoredResponse) -> list[Item]:
     return [*stored.request.get("history", []), *stored.input_items, *stored.response["output"]]
 
 
-async def save_response(server: ServerState, plan: ResponsePlan, response: dict[str, Any]) -> None:
-    """Keep `response` when the request asked to (the default); committed on return."""
-    if plan.request.store is False:
-        return
+async def save_response(server: ServerState, response: dict[str, Any], body: dict[str, Any],
+                        history: list[Item], input_items: list[Item]) -> None:
+    """Keep `response`, the request `body` it answers, the conversation it continued and its
+    own input items; committed on return."""
     await server.store.save_response(
         response["id"], response["model"], response["created_at"],
-        request={"body": plan.body, "history": plan.history}, input_items=plan.input_items,
+        request={"body": body, "history": history}, input_items=input_items,
         response=response, metadata=response["metadata"] or None)
 
 

@@ -12,9 +12,11 @@ from litestar.datastructures import State
 
 from api.core.validation import read_json_body
 from api.state import ServerState
+from api.tokens import fields
 from api.tokens.body import parse_detokenize, parse_tokenize, token_strs, tokenize
 from generated.flint import DetokenizeResponse, TokenizeResponse, TokenizerInfoResponse
 
+REGISTRY = fields.REGISTRY  # the routes' field registry (api/app.py checks them all)
 # The kind of tokenizer every model is served through, by transformers' name for it.
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 

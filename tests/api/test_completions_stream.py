@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from completions_helpers import complete, stream_events
+from completions_helpers import complete, server_state, stream_events
 from generated import fireworks_completions, fireworks_streaming
 
 
@@ -52,3 +52,36 @@ def test_echo_and_logprobs_come_in_a_choices_first_chunk(client):
     assert streamed[0] is None and expected[0] is None and streamed[1:] == pytest.approx(expected[1:])
     offsets = [o for e in events for o in e["choices"][0]["logprobs"]["text_offset"]]
     assert offsets == whole["logprobs"]["text_offset"]
+
+
+def test_a_stop_string_ends_the_stream_in_the_engine_with_no_abort_and_its_pages_free(client, monkeypatch):
+    """The engine's output stage finds the stop string and finishes the sequence in that
+    step: nothing travels back to abort it, and its KV pages are free before the client
+    hears of the end."""
+    engine = server_state(client).running_engine.engine
+    body = {"prompt": "Stop strings are", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    reference = complete(client, **body)["choices"][0]["text"]
+    stop = reference[len(reference) // 2: len(reference) // 2 + 3]  # spans the middle of the text
+    assert stop and stop in reference
+    free_before = engine.block_manager.num_free_pages
+    aborts = []
+    original_abort = engine.abort
+    monkeypatch.setattr(engine, "abort", lambda request_id: aborts.append(request_id) or original_abort(request_id))
+    events = stream_events(client, **body, stop=[stop])
+    assert engine.block_manager.num_free_pages == free_before
+    assert aborts == []
+    choices = [event["choices"][0] for event in events]
+    assert "".join(c["text"] for c in choices) == reference[: reference.index(stop)]
+    assert choices[-1]["finish_reason"] == "stop"
+
+
+def test_raw_output_comes_with_a_streamed_choices_last_chunk(client):
+    body = {"prompt": "Raw output", "max_tokens": 5, "temperature": 0, "ignore_eos": True, "raw_output": True,
+            "return_token_ids": True}
+    whole = complete(client, **body)["choices"][0]
+    events = stream_events(client, **body)
+    choices = [event["choices"][0] for event in events]
+    assert all("raw_output" not in choice for choice in choices[:-1])
+    raw = choices[-1]["raw_output"]
+    assert raw == whole["raw_output"]
+    assert raw["completion_token_ids"] == [t for c in choices for t in c["token_ids"]]

@@ -38,11 +38,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_flint(args: list[str], log_path: Path) -> subprocess.Popen:
-    """`flint serve ARGS` with its output in `log_path` (a pipe nobody reads could fill and block it)."""
+def start_flint(args: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`flint serve ARGS` with its output in `log_path` (a pipe nobody reads could fill and
+    block it); `env`: the environment, by default this process's."""
     assert FLINT, "the flint console script is not installed in this environment"
     log = log_path.open("w")
-    return subprocess.Popen([FLINT, "serve", *args], stdout=log, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([FLINT, "serve", *args], stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def wait_for_health(base_url: str, process: subprocess.Popen, log_path: Path, timeout: float = 240) -> None:

@@ -32,6 +32,15 @@ def gauges(base_url: str) -> dict[str, float]:
             if family.type == "gauge" and family.name.startswith("flint:")}
 
 
+def quiet_gauges(base_url: str) -> dict[str, float]:
+    """The gauges once no request is running or waiting (an earlier test's may be ending)."""
+    deadline = time.monotonic() + 30
+    while (now := gauges(base_url))["flint:num_requests_running"] or now["flint:num_requests_waiting"]:
+        assert time.monotonic() < deadline, f"the server never went quiet: {now}"
+        time.sleep(0.05)
+    return now
+
+
 def open_stream(client: httpx.Client) -> tuple[httpx.Response, Iterator[str]]:
     """A streaming completion whose first chunk has arrived, left unread after it. The line
     iterator is returned to be kept: discarding it would already close the response."""
@@ -79,3 +88,24 @@ def test_a_request_that_would_queue_past_max_waiting_is_429(server):
             state.settings = limits
             for response, _ in streams:
                 response.close()
+
+
+def test_dropped_non_streamed_requests_free_the_engine_within_2_seconds(server):
+    """Clients that give up on a non-streamed answer (a client timeout) abort it: the server
+    notices the closed connection, not only the end of the generation."""
+    base_url = server.base_url
+    idle = quiet_gauges(base_url)
+    body = {"prompt": "Tell me a long story", "max_tokens": MAX_TOKENS, "ignore_eos": True}
+
+    def give_up(_) -> None:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{base_url}/v1/completions", json=body, timeout=0.5)
+
+    with ThreadPoolExecutor(NUM_STREAMS) as pool:
+        list(pool.map(give_up, range(NUM_STREAMS)))
+    dropped = time.monotonic()
+    while (now := gauges(base_url))["flint:num_requests_running"] or now["flint:num_requests_waiting"] or \
+            now["flint:kv_cache_usage_perc"] != idle["flint:kv_cache_usage_perc"]:
+        assert time.monotonic() - dropped < 2, f"the engine still holds dropped requests: {now}"
+        time.sleep(0.05)
+    assert server.state.num_admitted_choices == 0
