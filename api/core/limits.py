@@ -23,7 +23,7 @@ MAX_BAD_WORDS = 64  # Friendli's `bad_words` and `bad_word_tokens` phrases, toge
 MAX_PHRASE_TOKENS = 32  # tokens of one bad-word phrase
 MAX_FORCED_TOKENS = 256  # Friendli's `forced_output_tokens`
 MAX_STOP_STRING_CHARS = 256  # one stop string
-MAX_METADATA_KEYS = 16  # OpenAI's limit on `metadata`
+MAX_INCLUDE = 16  # the Responses API's `include` (it names a handful of kinds of extra data)
 
 
 def check_list(field: str, items: Sized | None, cap: int, what: str = "items") -> None:

@@ -67,18 +67,24 @@ async def chat_prompt_ids(server: ServerState, messages: Sequence[Mapping[str, A
                           prefill: str = "") -> list[int]:
     """The token ids of the prompt the chat template makes of `messages`, opening an
     assistant turn that starts with `prefill`; a 400 naming `param` when the template
-    refuses the messages or the prompt cannot fit."""
-    converted = template_messages(messages, server.tokenizer.chat_template or "")
-    check_text_size(server, len(prefill.encode()) + sum(len(m["content"].encode()) for m in converted), param)
-    ids = await asyncio.to_thread(encode_chat, server, converted, prefill, param)
+    refuses the messages or the prompt cannot fit. All of it runs in a worker thread."""
+    ids = await asyncio.to_thread(conversation_ids, server, messages, prefill, param)
     check_prompt_fits(len(ids), server.max_model_len, param, "the conversation's prompt")
     return ids
 
 
+def conversation_ids(server: ServerState, messages: Sequence[Mapping[str, Any]], prefill: str,
+                     param: str) -> list[int]:
+    """(In a worker thread.) The messages made text, their size checked, then rendered and encoded."""
+    converted = template_messages(messages, server.tokenizer.chat_template or "")
+    check_text_size(server, len(prefill.encode()) + sum(len(m["content"].encode()) for m in converted), param)
+    return encode_chat(server, converted, prefill, param)
+
+
 def encode_chat(server: ServerState, messages: list[dict[str, Any]], prefill: str, param: str,
                 **variables: Any) -> list[int]:
-    """Render and encode (in a worker thread): the template's markers are special tokens,
-    the messages' own text is plain text unless the server allows otherwise."""
+    """Render and encode: the template's markers are special tokens, the messages' own text
+    is plain text unless the server allows otherwise."""
     prompt = render(server.tokenizer, messages, param, **variables)
     if prefill:
         prompt = prompt.continued(prefill)

@@ -18,9 +18,8 @@ from typing import Any
 from api.core.errors import invalid
 from api.core.registry import Registry, Sampled
 from engine.request import SEED_MODULUS, SamplingParams, StopCriteria, choice_seeds
-from engine.sampling.params import MAX_LOGPROBS, Bounds, bounds_of
+from engine.sampling.params import MAX_LOGIT_BIAS, MAX_LOGPROBS, Bounds, bounds_of
 
-MAX_LOGIT_BIAS_ENTRIES = 300  # as OpenAI allows
 SEED_LIMIT = 2**32  # seeds are uint32 on the device
 
 
@@ -90,8 +89,8 @@ def logit_bias(bias: Mapping[str, float] | None, vocab_size: int) -> tuple[tuple
     """OpenAI's {"token id": bias} as (id, bias) pairs: ids in the vocabulary, biases in [-100, 100]."""
     if not bias:
         return ()
-    if len(bias) > MAX_LOGIT_BIAS_ENTRIES:
-        raise invalid("logit_bias", f"`logit_bias` may hold at most {MAX_LOGIT_BIAS_ENTRIES} entries; got {len(bias)}")
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise invalid("logit_bias", f"`logit_bias` may hold at most {MAX_LOGIT_BIAS} entries; got {len(bias)}")
     pairs = []
     for key, value in bias.items():
         try:

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from api.core import limits
 from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
 from api.core.prompt import chat_prompt_ids
@@ -83,6 +84,7 @@ def sampling_of(request: CreateResponseRequest, server: ServerState, room: int) 
 
 def logprobs_count(request: CreateResponseRequest) -> int | None:
     """Alternatives per token when the output's logprobs are included, else None."""
+    limits.check_list("include", request.include, limits.MAX_INCLUDE)
     included = any(item.value == LOGPROBS_INCLUDE for item in request.include or [])
     if request.top_logprobs is not None:
         check_count("top_logprobs", request.top_logprobs, MAX_LOGPROBS)

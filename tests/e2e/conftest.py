@@ -7,20 +7,16 @@ engine is small (16 sequences, two compiled token buckets) to keep start-up shor
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 
-import httpx
 import openai
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.settings import Settings
 from api.state import ServerState
 from engine.config import EngineConfig
-from flint_process import free_port
+from api_helpers import live_app
 
 LIVE_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=128,
                            token_buckets=(32, 128), num_pages=400)
@@ -35,20 +31,10 @@ class LiveServer:
 
 @pytest.fixture(scope="session")
 def live(smollm2_checkpoint, tmp_path_factory) -> LiveServer:
-    port = free_port()
     # Stored chat completions and responses go to a SQLite store of this session's own.
     app = create_app(Settings(engine=LIVE_ENGINE, data_dir=str(tmp_path_factory.mktemp("live-data"))))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
-    thread.start()
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT
-    while not server.started or httpx.get(f"{base_url}/health", timeout=5).status_code != 200:
-        assert thread.is_alive() and time.monotonic() < deadline, "the live server did not start"
-        time.sleep(0.2)
-    yield LiveServer(base_url, app.state.server)
-    server.should_exit = True
-    thread.join(timeout=60)
+    with live_app(app, timeout=START_TIMEOUT) as base_url:
+        yield LiveServer(base_url, app.state.server)
 
 
 @pytest.fixture(scope="session")
