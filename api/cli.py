@@ -43,9 +43,12 @@ def generate(args: argparse.Namespace) -> int:
                           num_pages=args.max_model_len // 16 + 2, dtype=args.dtype)
     engine = Engine.from_model(args.model, config, report=progress)
     tokenizer = engine.tokenizer
-    text = tokenizer.render_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
+        prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    engine.add_request(Request("cli", tokenizer.encode(text), sampling, StopCriteria(max_tokens=args.max_tokens)))
+    engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
     while engine.has_unfinished():
         for output in engine.step():
             print(output.text, end="", flush=True)

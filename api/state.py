@@ -15,7 +15,8 @@ from engine.engine import EngineStats
 from engine.loader.source import ModelSource
 from engine.tokenizer import Tokenizer
 
-# "failed": the engine could not load; `flint serve` exits, /health says so meanwhile.
+# "failed": the engine could not load, or its thread stopped on an error; `flint serve`
+# exits (status 1), /health says so meanwhile.
 Phase = Literal["starting", "ok", "draining", "failed"]
 
 

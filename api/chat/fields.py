@@ -113,7 +113,7 @@ REGISTRY = Registry([
         ChatCompletionRequestUserMessage, ChatCompletionRequestFunctionMessage)],
     ModelFields(ChatCompletionRequestToolMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED}),
     ModelFields(ChatCompletionRequestAssistantMessage, {
-        **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": refusals.TOOLS,
+        **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": refusals.NO_TOOLS,
         "function_call": refusals.TOOLS, "audio": f"{refusals.TEXT_ONLY}: it has no audio replies to refer to"}),
     ModelFields(ChatCompletionContentPartText, {"type": TEXT_PART, "text": TEXT_PART}),
     ModelFields(ChatCompletionContentPartRefusal, {"type": REFUSAL_PART, "refusal": REFUSAL_PART}),
@@ -123,7 +123,7 @@ REGISTRY = Registry([
         "include_obfuscation": Planned("render.ChunkWriter", STREAM + "test_obfuscation_pads_chunks_unless_turned_off"),
     }),
     ModelFields(fireworks.ChatMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED,
-                                        "tool_calls": refusals.TOOLS,
+                                        "tool_calls": refusals.NO_TOOLS,
                                         "reasoning_content": refusals.REASONING}),
     ModelFields(fireworks.ChatMessageContent, {
         "type": TEXT_PART, "text": TEXT_PART,

@@ -18,12 +18,11 @@ from litestar import Response
 
 from api.chat.plan import ChatPlan
 from api.chat.store import save_completion, stored_at_end
-from api.core.errors import ApiError
+from api.core.errors import generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
 from api.core.usage import Usage
 from engine.tokenizer import Tokenizer
-from generated.flint import ErrorResponse
 from generated.openai_chat_completions import (
     ChatCompletion,
     ChatCompletionChoice,
@@ -59,10 +58,11 @@ def usage_of(usage: Usage) -> CompletionUsage:
 
 
 def finish_reason(reason: str | None) -> str:
-    """The chat finish reason; a generation that broke off has none in the chat schema."""
+    """The chat finish reason; a generation that broke off has none in the chat schema, so
+    it is an error (a 503 answer, or an error event ending the stream)."""
     if reason in ("stop", "length"):
         return reason
-    raise ApiError(500, "generation failed before the reply was complete", error_type="server_error")
+    raise generation_cut_off()
 
 
 def chat_completion(identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer, results: list[ChoiceResult],
@@ -89,7 +89,7 @@ async def whole(plan: ChatPlan, generation: Generation, results: list[ChoiceResu
     return Response(completion.model_dump(mode="json", exclude_unset=True))
 
 
-def stream(plan: ChatPlan, generation: Generation) -> AsyncIterator[ChatCompletionChunk | ErrorResponse]:
+def stream(plan: ChatPlan, generation: Generation) -> AsyncIterator[ChatCompletionChunk]:
     """The chunks of a streamed answer; with `store: true`, stored once the last is sent."""
     identity = ChatIdentity.of(generation)
     writer = ChunkWriter(identity, plan, generation.server.tokenizer)
@@ -117,27 +117,20 @@ class ChunkWriter:
         self.plan = plan
         self.tokenizer = tokenizer
 
-    async def chunks(self, events: AsyncIterator[ChoiceEvent], usage: Usage
-                     ) -> AsyncIterator[ChatCompletionChunk | ErrorResponse]:
+    async def chunks(self, events: AsyncIterator[ChoiceEvent], usage: Usage) -> AsyncIterator[ChatCompletionChunk]:
         """Every chunk of the stream. The role chunks wait for the engine's first output, so
         a request refused before then raises (api/core/sse.py `prefetched` makes that an
-        HTTP error); a failure once streaming has begun ends it with an error event in
-        OpenAI's error shape, the status line being sent already."""
+        HTTP error); a failure once streaming has begun raises too, and the SSE layer ends
+        the stream with an error event in OpenAI's error shape."""
         started = False
         async with aclosing(events):
-            try:
-                async for event in events:
-                    if not started:
-                        started = True
-                        for chunk in self.role_chunks():
-                            yield chunk
-                    for chunk in self.event_chunks(event):
-                        yield chunk
-            except ApiError as error:
+            async for event in events:
                 if not started:
-                    raise
-                yield error.body
-                return
+                    started = True
+                    for chunk in self.role_chunks():
+                        yield chunk
+                for chunk in self.event_chunks(event):
+                    yield chunk
         if self.plan.include_usage:
             yield self.chunk([], usage=usage_of(usage))
 

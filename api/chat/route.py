@@ -28,7 +28,7 @@ from generated.openai_chat_completions import (
 
 PATH = "/chat/completions/{completion_id:str}"
 CHAT = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_chat,
-               whole=render.whole, stream=render.stream)
+               whole=render.whole, stream=render.stream, error_event=lambda error: error.body)
 
 
 @post("/chat/completions", status_code=200)

@@ -14,7 +14,6 @@ from typing import Any
 
 from api.state import ServerState
 from api.store import StoredChatCompletion
-from generated.flint import ErrorResponse
 from generated.openai_chat_completions import ChatCompletion
 
 
@@ -53,14 +52,11 @@ async def save_completion(server: ServerState, request: dict[str, Any], completi
 async def stored_at_end(server: ServerState, request: dict[str, Any], chunks: AsyncIterator[Any],
                         completion: Callable[[], ChatCompletion]) -> AsyncIterator[Any]:
     """`chunks`, then the completion (assembled by `completion()`) stored once the last has
-    been sent, unless the stream ended with an error event."""
-    failed = False
+    been sent; a stream that fails raises before it, and is not stored."""
     async with aclosing(chunks):
         async for chunk in chunks:
-            failed = failed or isinstance(chunk, ErrorResponse)
             yield chunk
-    if not failed:
-        await save_completion(server, request, completion())
+    await save_completion(server, request, completion())
 
 
 def stored_view(stored: StoredChatCompletion) -> dict[str, Any]:

@@ -151,7 +151,8 @@ def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, log
     phrases = [tokenizer.encode(word, add_special_tokens=False) for word in words] + token_phrases
     forced = body.forced_output_tokens or []
     limits.check_list("forced_output_tokens", forced, limits.MAX_FORCED_TOKENS, "tokens")
-    ngram = check_count("no_repeat_ngram", body.no_repeat_ngram) if body.no_repeat_ngram is not None else 0
+    ngram = 0 if body.no_repeat_ngram is None else check_count("no_repeat_ngram", body.no_repeat_ngram,
+                                                                limits.MAX_NO_REPEAT_NGRAM)
     return values.sampling_params(
         logit_bias=logit_bias(body.logit_bias, vocab_size),
         bad_word_tokens=tuple(check_token_ids("bad_word_tokens", phrase, vocab_size) for phrase in phrases),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,24 +153,32 @@ async def completion_chunks(plan: CompletionPlan, generation: Generation) -> Asy
     writers: dict[int, LogprobsWriter] = {}
     results = Results(plan.choices)  # what raw_output reports at a choice's end
     num_finished = 0
-    async for event in generation.events():
-        first = event.index not in writers
-        if first:
-            writers[event.index] = context.writer()
-        if plan.raw_output:
-            results.add(event)
-        choice = stream_choice(context, event, writers[event.index], first)
-        if plan.raw_output and event.finish_reason is not None:
-            choice.raw_output = raw_output(context, results.by_index[event.index])
-        chunk = new_chunk(context, [choice])
-        num_finished += event.finish_reason is not None
-        if num_finished == len(plan.choices) and plan.perf_metrics:
-            chunk.perf_metrics = perf_metrics(generation)
-        yield chunk
+    async with aclosing(generation.events()) as events:
+        async for event in events:
+            yield event_chunk(context, event, writers, results, num_finished)
+            num_finished += event.finish_reason is not None
     if plan.include_usage:
         chunk = new_chunk(context, [])
         chunk.usage = usage_info(generation)
         yield chunk
+
+
+def event_chunk(context: CompletionContext, event: ChoiceEvent, writers: dict[int, LogprobsWriter],
+                results: Results, num_finished: int) -> fireworks.CompletionStreamResponse:
+    """The chunk of one choice event (`num_finished`: the choices finished before it)."""
+    plan = context.plan
+    first = event.index not in writers
+    if first:
+        writers[event.index] = context.writer()
+    if plan.raw_output:
+        results.add(event)
+    choice = stream_choice(context, event, writers[event.index], first)
+    if plan.raw_output and event.finish_reason is not None:
+        choice.raw_output = raw_output(context, results.by_index[event.index])
+    chunk = new_chunk(context, [choice])
+    if num_finished + (event.finish_reason is not None) == len(plan.choices) and plan.perf_metrics:
+        chunk.perf_metrics = perf_metrics(context.generation)
+    return chunk
 
 
 def new_chunk(context: CompletionContext, choices: list) -> fireworks.CompletionStreamResponse:

@@ -13,7 +13,7 @@ from api.core.errors import FIREWORKS_ERRORS
 from api.core.pipeline import Dialect, generate
 
 COMPLETIONS = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_completion,
-                      whole=render.whole, stream=render.completion_chunks)
+                      whole=render.whole, stream=render.completion_chunks, error_event=lambda error: error.body)
 
 
 @post("/completions", status_code=200, exception_handlers=FIREWORKS_ERRORS.handlers())

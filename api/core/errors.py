@@ -63,6 +63,12 @@ def engine_failed() -> ApiError:
     return ApiError(503, ENGINE_FAILED, error_type="service_unavailable", code="failed")
 
 
+def generation_cut_off() -> ApiError:
+    """A generation that broke off before it finished: the engine failed, or shutdown ended it."""
+    return ApiError(503, "The generation was cut off before it finished: the server failed or is shutting "
+                         "down. Retry shortly.", error_type="service_unavailable", code="cut_off")
+
+
 class ClientDisconnected(Exception):
     """The client closed the connection before its answer was ready (nobody reads the answer)."""
 
@@ -83,14 +89,36 @@ class RequestValidationError(Exception):
         return cls([{"loc": loc, "msg": msg, "type": error_type}])
 
     @classmethod
-    def of(cls, error: pydantic.ValidationError, location: str = "body") -> RequestValidationError:
-        return cls([{"loc": [location, *detail["loc"]], "msg": detail["msg"], "type": detail["type"]}
-                    for detail in error.errors(include_url=False)])
+    def of(cls, error: pydantic.ValidationError, raw: Any, location: str = "body") -> RequestValidationError:
+        """pydantic's errors on `raw`, each located by the keys and indices of `raw` itself:
+        the names pydantic gives union branches (`messages.0.user.content`, `stop.str`) are
+        no place in the request. Errors that then coincide are told once."""
+        errors, seen = [], set()
+        for detail in error.errors(include_url=False):
+            loc = [location, *input_path(raw, detail["loc"])]
+            if (key := (tuple(loc), detail["msg"])) not in seen:
+                seen.add(key)
+                errors.append({"loc": loc, "msg": detail["msg"], "type": detail["type"]})
+        return cls(errors)
 
     @property
     def param(self) -> str | None:
         """The first error's field, in OpenAI's spelling (`messages.[0].content`)."""
         return field_path(self.errors[0]["loc"]) or None
+
+
+def input_path(raw: Any, loc: tuple[str | int, ...]) -> list[str | int]:
+    """The parts of `loc` that are keys or indices of `raw`, and a last part that names a
+    missing or unknown field; the rest are pydantic's names for union branches."""
+    path, node = [], raw
+    for position, part in enumerate(loc):
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        elif position == len(loc) - 1 and isinstance(node, dict):
+            path.append(part)
+    return path
 
 
 def field_path(loc: list[str | int]) -> str:

@@ -60,7 +60,7 @@ class ChoiceEvent:
     num_output_tokens: int
     seed: int
     prompt_logprobs: list[PromptTokenLogprob] | None = None  # with a choice's first event
-    stop: str | None = None  # the stop string that ended the choice (Anthropic reports it)
+    stop_string: str | None = None  # the stop string that ended the choice (Anthropic reports it)
 
 
 class Generation:
@@ -97,7 +97,7 @@ class Generation:
                     if timer is None:  # fired just as the first output came: served in time
                         continue
                     raise ApiError(429, f"the request waited more than its timeout of {self.timeout} s "
-                                        "to be served", param="timeout", error_type="rate_limit_error")
+                                        "to be served", param="timeout", error_type="requests", code="timeout")
                 if isinstance(item, BaseException):
                     raise item
                 if timer is not None:
@@ -140,8 +140,12 @@ class Generation:
             queue.put_nowait(broken_off(choice, timing.last) if timing.last is not None else engine_failed())
         except ValueError as error:  # the engine refused the request (its own checks)
             queue.put_nowait(ApiError(400, str(error), param="prompt"))
+        except Exception as error:
+            log.error("a choice failed unexpectedly", exc_info=error)
+            queue.put_nowait(ApiError(500, "The server had an internal error while generating.",
+                                      error_type="server_error"))
         finally:
-            self._record(choice, timing)
+            self._finish_choice(choice, timing)
             queue.put_nowait(_CHOICE_DONE)
 
     def _release_one(self) -> None:
@@ -149,7 +153,8 @@ class Generation:
             self._unreleased -= 1
             release(self.server, 1)
 
-    def _record(self, choice: ChoiceRequest, timing: ChoiceTiming) -> None:
+    def _finish_choice(self, choice: ChoiceRequest, timing: ChoiceTiming) -> None:
+        """Count the choice out of admission and into the metrics."""
         self._release_one()
         last = timing.last
         self.server.metrics.record_request(
@@ -168,7 +173,7 @@ def choice_event(choice: ChoiceRequest, output: RequestOutput) -> ChoiceEvent:
         token_ids=list(output.new_token_ids), logprobs=output.logprobs, finish_reason=finish,
         num_prompt_tokens=output.num_prompt_tokens, num_cached_tokens=output.num_cached_tokens,
         num_output_tokens=output.num_output_tokens, seed=output.seed, prompt_logprobs=output.prompt_logprobs,
-        stop=output.stop_reason if isinstance(output.stop_reason, str) else None,
+        stop_string=output.stop_reason if isinstance(output.stop_reason, str) else None,
     )
 
 
@@ -193,7 +198,7 @@ class ChoiceResult:
     prompt_logprobs: list[PromptTokenLogprob] | None = None
     finish_reason: str | None = None
     seed: int = 0
-    stop: str | None = None
+    stop_string: str | None = None
 
     def add(self, event: ChoiceEvent) -> None:
         self.text += event.text
@@ -202,7 +207,7 @@ class ChoiceResult:
         self.prompt_logprobs = self.prompt_logprobs or event.prompt_logprobs
         self.finish_reason = event.finish_reason or self.finish_reason
         self.seed = event.seed
-        self.stop = event.stop or self.stop
+        self.stop_string = event.stop_string or self.stop_string
 
 
 class Results:

@@ -18,10 +18,11 @@ from api.core.errors import invalid
 MAX_CHOICES = 128
 MAX_STOP_STRINGS = 4  # `stop`: OpenAI's and Fireworks' limit
 MAX_STOP_SEQUENCES = 16  # Anthropic's `stop_sequences`
-MAX_STOP_TOKEN_IDS = 64  # Friendli's `eos_token` and `stop_tokens`, all sequences together
-MAX_BAD_WORDS = 64  # Friendli's `bad_words` and `bad_word_tokens` phrases, together
+MAX_STOP_TOKEN_IDS = 64  # Friendli's `eos_token`, and `stop_tokens` (its sequences' ids in all), each
+MAX_BAD_WORDS = 64  # Friendli's `bad_words` and `bad_word_tokens` phrases, each
 MAX_PHRASE_TOKENS = 32  # tokens of one bad-word phrase
 MAX_FORCED_TOKENS = 256  # Friendli's `forced_output_tokens`
+MAX_NO_REPEAT_NGRAM = 32  # Friendli's `no_repeat_ngram`: its bans cost n x length on every step
 MAX_STOP_STRING_CHARS = 256  # one stop string
 MAX_INCLUDE = 16  # the Responses API's `include` (it names a handful of kinds of extra data)
 

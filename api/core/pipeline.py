@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from litestar import Request, Response
 
 from api.core.admission import admit
-from api.core.errors import ClientDisconnected
+from api.core.errors import ApiError, ClientDisconnected
 from api.core.registry import Registry
 from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
 from api.core.sse import prefetched, sse_response
@@ -48,6 +48,8 @@ class Dialect:
     plan: Callable[[Any, ServerState], Awaitable[Plan]]  # body -> plan (model checked already)
     whole: Callable[[Plan, Generation, list[ChoiceResult]], Awaitable[Response]]
     stream: Callable[[Plan, Generation], AsyncIterator[Any]]  # the events, first awaited before sending
+    # The event that tells a failure once the stream has begun (None: the events tell it themselves).
+    error_event: Callable[[ApiError], Any] | None = None
     named_events: bool = False  # SSE events carry an `event:` line (Responses, Messages)
 
 
@@ -60,8 +62,8 @@ async def generate(dialect: Dialect, request: Request, server: ServerState) -> R
     generation = Generation(server, plan.choices, timeout=plan.timeout)
     try:
         if plan.stream:
-            events = await prefetched(dialect.stream(plan, generation))
-            return sse_response(events, named=dialect.named_events)
+            events = await until_disconnected(request, prefetched(dialect.stream(plan, generation)))
+            return sse_response(events, named=dialect.named_events, error_event=dialect.error_event)
         results = await until_disconnected(request, collect(generation))
         return await dialect.whole(plan, generation, results)
     except BaseException:

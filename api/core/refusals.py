@@ -9,7 +9,6 @@ reason wherever the feature is asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from api.core.registry import Accepted, Refused
@@ -47,10 +46,6 @@ def refused_unless(reason: str, *accepted: Any) -> Refused:
     def applies(value: Any) -> bool:
         return value is not None and plain(value) not in accepted and kind(value) not in accepted
     return Refused(reason, applies)
-
-
-def refused_if(reason: str, asks: Callable[[Any], bool]) -> Refused:
-    return Refused(reason, lambda value: value is not None and asks(value))
 
 
 def refused_if_any(reason: str) -> Refused:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.core.errors import invalid
+from api.core.refusals import plain
 from api.core.registry import Registry, Sampled
 from engine.request import SEED_MODULUS, SamplingParams, StopCriteria, choice_seeds
 from engine.sampling.params import MAX_LOGIT_BIAS, MAX_LOGPROBS, Bounds, bounds_of
@@ -35,12 +36,6 @@ class EngineValues:
 
     def stop_criteria(self, **planned: Any) -> StopCriteria:
         return StopCriteria(**{**self.stop, **planned})
-
-
-def plain(value: Any) -> Any:
-    """A field value as plain data: RootModels unwrapped, enum members as their values."""
-    value = getattr(value, "root", value)
-    return getattr(value, "value", value)
 
 
 def engine_values(registry: Registry, models: Sequence[type], values: Mapping[str, Any],

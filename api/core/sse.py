@@ -11,12 +11,17 @@ event rather than `[DONE]`."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pydantic
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
+
+from api.core.errors import ApiError
+
+log = logging.getLogger("flint")
 
 SSE_MEDIA_TYPE = "text/event-stream"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -35,53 +40,74 @@ def encode_event(event: pydantic.BaseModel | Mapping[str, Any], *, named: bool =
     return name + b"data: " + payload.encode("utf-8") + b"\n\n"
 
 
-async def sse_frames(events: AsyncIterator[pydantic.BaseModel | Mapping[str, Any]], *,
-                     named: bool = False) -> AsyncIterator[bytes]:
-    """The SSE byte frames of `events`, then the [DONE] terminator (unless `named`)."""
-    async for event in events:
-        yield encode_event(event, named=named)
+async def sse_frames(events: AsyncIterator[pydantic.BaseModel | Mapping[str, Any]], *, named: bool = False,
+                     error_event: Callable[[ApiError], Any] | None = None) -> AsyncIterator[bytes]:
+    """The SSE byte frames of `events`, then the [DONE] terminator (unless `named`).
+
+    The status line has been sent by now, so a failure can only be told in the stream: an
+    ApiError, or any unexpected exception (logged with its traceback), becomes the
+    dialect's `error_event`, and the stream ends as it would have."""
+    try:
+        async for event in events:
+            yield encode_event(event, named=named)
+    except Exception as error:
+        if error_event is None:
+            raise
+        if not isinstance(error, ApiError):
+            log.error("unexpected error in a stream", exc_info=error)
+            error = ApiError(500, "The server had an internal error while streaming.", error_type="server_error")
+        yield encode_event(error_event(error), named=named)
     if not named:
         yield DONE_EVENT
 
 
-async def prefetched(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+class Prefetched:
+    """An event iterator whose first event has been awaited already (see `prefetched`);
+    closing it closes the iterator it reads, whether or not iteration ever began."""
+
+    def __init__(self, events: AsyncIterator[Any], ready: list[Any]) -> None:
+        self.events = events
+        self.ready = ready
+
+    def __aiter__(self) -> Prefetched:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.ready:
+            return self.ready.pop(0)
+        return await anext(self.events)
+
+    async def aclose(self) -> None:
+        await self.events.aclose()
+
+
+async def prefetched(events: AsyncIterator[Any]) -> Prefetched:
     """`events` with its first item already awaited, so that an error raised before the
     first event (a refused or timed-out request) becomes an HTTP error status rather than
-    a broken stream; the returned iterator closes `events` when it is closed."""
+    a broken stream."""
     try:
         first = await anext(events)
     except StopAsyncIteration:
-        return _closing(events, [])
+        return Prefetched(events, [])
     except BaseException:
         await events.aclose()
         raise
-    return _closing(events, [first])
+    return Prefetched(events, [first])
 
 
-async def _closing(events: AsyncIterator[Any], ready: list[Any]) -> AsyncIterator[Any]:
-    try:
-        for event in ready:
-            yield event
-        async for event in events:
-            yield event
-    finally:
-        await events.aclose()
-
-
-def sse_response(events: AsyncIterator[pydantic.BaseModel | Mapping[str, Any]],
-                 headers: Mapping[str, str] | None = None, *, named: bool = False) -> Stream:
-    """A streaming response of `events` (`named`: see the module docstring).
+def sse_response(events: Prefetched, headers: Mapping[str, str] | None = None, *, named: bool = False,
+                 error_event: Callable[[ApiError], Any] | None = None) -> Stream:
+    """A streaming response of `events` (`named`, `error_event`: see `sse_frames`).
 
     Litestar cancels the sending task when the client disconnects; closing the event
-    iterator afterwards (a background task runs however the body ended) makes sure its
-    `finally` blocks run at once, so the engine requests behind it are aborted."""
-    frames = sse_frames(events, named=named)
+    iterator afterwards (a background task runs however the body ended, even if it never
+    began) makes sure its `finally` blocks run at once, so the engine requests behind it
+    are aborted."""
+    frames = sse_frames(events, named=named, error_event=error_event)
 
     async def close() -> None:
         await frames.aclose()
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await events.aclose()
 
     return Stream(frames, media_type=SSE_MEDIA_TYPE, headers={**SSE_HEADERS, **(headers or {})},
                   background=BackgroundTask(close))

@@ -32,7 +32,7 @@ def parse_body(model_cls: type[Model], raw: object, *, extra: str | None = None,
     try:
         return model_cls.model_validate(raw, extra=extra)
     except pydantic.ValidationError as error:
-        raise RequestValidationError.of(error, location) from None
+        raise RequestValidationError.of(error, raw, location) from None
 
 
 def parse_query(model_cls: type[Model], request: Request) -> Model:

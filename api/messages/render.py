@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import pydantic
 from litestar import Response
 
-from api.core.errors import ApiError
+from api.core.errors import ApiError, generation_cut_off
+from api.messages.errors import error_type
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
 from api.core.usage import Usage
 from api.messages.plan import MessagesPlan
@@ -69,13 +70,18 @@ def message_usage(usage: Usage) -> MessageUsage:
 
 
 def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage) -> Message:
-    """The whole reply; a generation that broke off is a 500 (a Message cannot say so)."""
+    """The whole reply; a generation that broke off is a 503 (a Message cannot say so)."""
     if result.finish_reason == "error":
-        raise ApiError(500, BROKEN_OFF, error_type="api_error")
+        raise generation_cut_off()
     return Message(id=identity.id, type="message", role="assistant", model=identity.model,
                    content=[TextBlock(type="text", text=result.text)],
-                   stop_reason=stop_reason(result.finish_reason, result.stop), stop_sequence=result.stop,
+                   stop_reason=stop_reason(result.finish_reason, result.stop_string), stop_sequence=result.stop_string,
                    usage=message_usage(usage))
+
+
+def error_event(error: ApiError) -> ErrorEvent:
+    """A failure once the stream has begun, as Anthropic's streams tell it."""
+    return ErrorEvent(type="error", error=AnthropicError(type=error_type(error.status_code), message=error.message))
 
 
 async def whole(plan: MessagesPlan, generation: Generation, results: list[ChoiceResult]) -> Response:
@@ -121,8 +127,8 @@ def closing_events(last: ChoiceEvent, usage: Usage) -> list[pydantic.BaseModel]:
     return [
         ContentBlockStopEvent(type="content_block_stop", index=0),
         MessageDeltaEvent(type="message_delta",
-                          delta=MessageDelta(stop_reason=stop_reason(last.finish_reason, last.stop),
-                                             stop_sequence=last.stop),
+                          delta=MessageDelta(stop_reason=stop_reason(last.finish_reason, last.stop_string),
+                                             stop_sequence=last.stop_string),
                           usage=MessageDeltaUsage(output_tokens=counts.output_tokens,
                                                   input_tokens=counts.input_tokens,
                                                   cache_creation_input_tokens=0,

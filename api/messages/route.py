@@ -10,7 +10,7 @@ from api.messages import body, fields, plan, render
 from api.messages.errors import ANTHROPIC_ERRORS
 
 MESSAGES = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_messages,
-                   whole=render.whole, stream=render.stream, named_events=True)
+                   whole=render.whole, stream=render.stream, error_event=render.error_event, named_events=True)
 
 
 @post("/messages", status_code=200, exception_handlers=ANTHROPIC_ERRORS.handlers())

@@ -4,7 +4,7 @@
 gave it, with an `id` (and `status`) filled in when missing and a message's string content
 written as one text part, which is the shape GET /v1/responses/{id}/input_items lists.
 
-For the prompt, items become chat messages (api/chat_messages.py renders them): a message
+For the prompt, items become chat messages (api/core/prompt.py renders them): a message
 keeps its role and its text parts joined; an earlier answer's output_text and refusal parts
 count as the assistant's text; a `function_call_output` becomes a `tool` message whose
 `tool_call_id` is the item's `call_id`. Image and file parts are refused (text-only model).

@@ -22,6 +22,7 @@ generation breaks off once the stream has begun, the stream ends with response.f
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -31,7 +32,7 @@ from typing import Any
 
 from litestar import Response
 
-from api.core.errors import ApiError
+from api.core.errors import ApiError, generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
 from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
 from api.core.usage import Usage
@@ -43,6 +44,7 @@ from engine.request import TokenLogprob
 from engine.tokenizer import Tokenizer
 from generated.flint import Response as ResponseObject
 
+log = logging.getLogger("flint")
 Json = dict[str, Any]
 STATUS_BY_FINISH = {"stop": "completed", "length": "incomplete"}
 
@@ -124,6 +126,14 @@ def usage_object(usage: Usage) -> Json:
     }
 
 
+def failed_message(error: Exception) -> str:
+    """What response.failed says of `error` (an unexpected one is logged, not shown)."""
+    if isinstance(error, ApiError):
+        return error.message
+    log.error("unexpected error in a response stream", exc_info=error)
+    return "The server had an internal error while streaming."
+
+
 def failure(message: str = "generation failed before the answer was complete") -> Json:
     return {"code": "server_error", "message": message}
 
@@ -137,7 +147,7 @@ async def whole(plan: ResponsePlan, generation: Generation, results: list[Choice
     [result], server = results, generation.server
     status = status_of(result.finish_reason)
     if status == "failed":
-        raise ApiError(500, "generation failed before the answer was complete", error_type="server_error")
+        raise generation_cut_off()
     logprobs = logprob_entries(server.tokenizer, result.logprobs) if plan.logprobs else None
     identity = ResponseIdentity.of(generation)
     output = [output_message(identity, status, [output_text_part(result.text, logprobs)])]
@@ -170,8 +180,8 @@ class ResponseEventWriter:
 
     async def events(self, generation: Generation) -> AsyncIterator[Json]:
         """Every event of the stream. The opening events wait for the engine's first output,
-        so a request refused before then raises (api/sse.py `prefetched` makes that an HTTP
-        error); once the stream has begun, a failure ends it with response.failed."""
+        so a request refused before then raises (api/core/sse.py `prefetched` makes that an
+        HTTP error); once the stream has begun, a failure ends it with response.failed."""
         started, finish = False, None
         async with aclosing(generation.events()) as events:
             try:
@@ -183,10 +193,10 @@ class ResponseEventWriter:
                     for delta in self.deltas(event):
                         yield delta
                     finish = event.finish_reason or finish
-            except ApiError as error:
+            except Exception as error:
                 if not started:
                     raise
-                yield self.final_event("failed", generation, error=failure(str(error)))
+                yield self.final_event("failed", generation, error=failure(failed_message(error)))
                 return
         status = status_of(finish)
         if status == "failed":  # the engine broke off: nothing to close or store
@@ -194,9 +204,13 @@ class ResponseEventWriter:
             return
         for closing in self.closing_events(status):
             yield closing
-        final = self.final_event(status, generation)
-        await keep(self.server, self.plan, final["response"])
-        yield final
+        response = self.final_response(status, generation)
+        try:
+            await keep(self.server, self.plan, response)
+        except Exception as error:  # the store failed: the response was not kept
+            yield self.final_event("failed", generation, error=failure(failed_message(error)))
+            return
+        yield self.event(FINAL_EVENTS[status], response=response)
 
     def event(self, event_type: str, **fields: Any) -> Json:
         event = {"type": event_type, "sequence_number": self.sequence_number, **fields}
@@ -241,9 +255,11 @@ class ResponseEventWriter:
     def output_item(self, status: str) -> Json:
         return output_message(self.identity, status, [output_text_part(self.text, self.logprobs)])
 
-    def final_event(self, status: str, generation: Generation, error: Json | None = None) -> Json:
+    def final_response(self, status: str, generation: Generation, error: Json | None = None) -> Json:
         if status == "failed" and error is None:
             error = failure()
         output = [self.output_item(status)] if status != "failed" else []
-        response = response_object(self.identity, self.plan, status, output, usage_object(generation.usage), error)
-        return self.event(FINAL_EVENTS[status], response=response)
+        return response_object(self.identity, self.plan, status, output, usage_object(generation.usage), error)
+
+    def final_event(self, status: str, generation: Generation, error: Json | None = None) -> Json:
+        return self.event(FINAL_EVENTS[status], response=self.final_response(status, generation, error))

@@ -1,4 +1,4 @@
-"""GET /health: 200 while serving, 503 while starting or draining."""
+"""GET /health: 200 while serving, 503 while starting, draining or failed."""
 
 from __future__ import annotations
 

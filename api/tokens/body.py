@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from api.core.errors import invalid
+from api.core.limits import check_list
 from api.core.prompt import render, template_messages
 from api.core.validation import parse_body, require_object
 from api.state import ServerState
@@ -84,9 +85,11 @@ def token_strs(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     return [tokenizer.id_to_token(token) or "" for token in ids]
 
 
-def parse_detokenize(raw: object, vocab_size: int) -> DetokenizeRequest:
+def parse_detokenize(raw: object, vocab_size: int, max_tokens: int) -> DetokenizeRequest:
+    """The body, its ids in the vocabulary and no more of them than one sequence can hold."""
     request = parse_body(DetokenizeRequest, require_object(raw))
     REGISTRY.refuse_within(request)
+    check_list("tokens", request.tokens, max_tokens, "token ids (the context window)")
     outside = [token for token in request.tokens if not 0 <= token < vocab_size]
     if outside:
         raise invalid("tokens", f"tokens must lie in [0, {vocab_size}); got {outside[0]}")

@@ -24,7 +24,7 @@ TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 @post("/tokenize", status_code=200)
 async def tokenize_prompt(request: Request, state: State) -> TokenizeResponse:
     server: ServerState = state.server
-    body = parse_tokenize(await read_json_body(request))
+    body = await asyncio.to_thread(parse_tokenize, await read_json_body(request))
     server.require_model(body.model)
     ids = await tokenize(server, body)
     return TokenizeResponse(count=len(ids), max_model_len=server.max_model_len, tokens=ids,
@@ -34,7 +34,8 @@ async def tokenize_prompt(request: Request, state: State) -> TokenizeResponse:
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     server: ServerState = state.server
-    body = parse_detokenize(await read_json_body(request), server.tokenizer.vocab_size)
+    body = await asyncio.to_thread(parse_detokenize, await read_json_body(request), server.tokenizer.vocab_size,
+                                   server.max_model_len)
     server.require_model(body.model)
     return DetokenizeResponse(prompt=await asyncio.to_thread(server.tokenizer.decode, body.tokens))
 

@@ -85,7 +85,7 @@ class SamplingParams:
 
     temperature: float = row(1.0, np.float32, low=0.0, high=2.0, pad=0.0)  # 0 means greedy
     # Distribution shaping (off at these defaults).
-    top_k: int = row(0, np.int32, low=0, high=VOCAB_SIZE)
+    top_k: int = row(0, np.int32, low=-1, high=VOCAB_SIZE)  # 0, or vLLM's -1: off
     top_p: float = row(1.0, np.float32, low=0.0, high=1.0)
     min_p: float = row(0.0, np.float32, low=0.0, high=1.0)  # relative to the top token's probability
     typical_p: float = row(1.0, np.float32, low=0.0, high=1.0)

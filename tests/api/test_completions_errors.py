@@ -42,7 +42,7 @@ CASES = [
     ({"temperature": 3}, 400, "temperature"),
     ({"temperature": -0.1}, 400, "temperature"),
     ({"top_p": 1.5}, 400, "top_p"),
-    ({"top_k": -1}, 400, "top_k"),
+    ({"top_k": -2}, 400, "top_k"),
     ({"top_k": 10**7}, 400, "top_k"),
     ({"min_p": 2}, 400, "min_p"),
     ({"typical_p": -1}, 400, "typical_p"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 
 from completions_helpers import complete, server_state, stream_events
+from engine.async_engine import EngineDeadError
 from generated import fireworks_completions, fireworks_streaming
 
 
@@ -85,3 +89,37 @@ def test_raw_output_comes_with_a_streamed_choices_last_chunk(client):
     raw = choices[-1]["raw_output"]
     assert raw == whole["raw_output"]
     assert raw["completion_token_ids"] == [t for c in choices for t in c["token_ids"]]
+
+
+def test_a_failure_after_the_stream_began_ends_it_with_an_error_event(client, monkeypatch):
+    """Choice 0 streams; choice 1's engine request fails before its first output. The status
+    line is sent already, so the failure arrives as an error event, then [DONE]."""
+    engine = server_state(client).running_engine
+    original = engine.generate
+
+    async def dying_later(request):
+        await asyncio.sleep(0.5)  # after choice 0's first output
+        raise EngineDeadError("the engine stopped")
+        yield  # an async generator, as AsyncEngine.generate is
+
+    def failing_second_choice(request):
+        return dying_later(request) if request.request_id.endswith("-1") else original(request)
+
+    monkeypatch.setattr(engine, "generate", failing_second_choice)
+    events = stream_events(client, prompt="Two choices", n=2, max_tokens=3, seed=1, ignore_eos=True)
+    assert events[0]["choices"][0]["index"] == 0  # the stream had begun
+    assert events[-1]["error"]["code"] == "failed" and events[-1]["error"]["type"] == "service_unavailable"
+    assert server_state(client).num_admitted_choices == 0
+
+
+def test_an_unexpected_failure_inside_a_choice_is_logged_and_answered(client, monkeypatch, caplog):
+    engine = server_state(client).running_engine
+
+    def broken(request):
+        raise KeyError("a bug inside the generation")
+
+    monkeypatch.setattr(engine, "generate", broken)
+    with caplog.at_level(logging.ERROR, logger="flint"):
+        response = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    assert response.status_code == 500 and response.json()["error"]["type"] == "server_error"
+    assert any(record.exc_info and isinstance(record.exc_info[1], KeyError) for record in caplog.records)

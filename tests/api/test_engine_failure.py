@@ -69,7 +69,7 @@ def test_a_dead_engine_fails_its_requests_and_the_server(failing):
         events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
     whole.join(timeout=60)
     # The running stream ends with an error event in OpenAI's shape, then [DONE].
-    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["type"] == "server_error"
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["code"] == "cut_off"
     # The running non-streamed request ends with its choice marked as failed.
     assert answers["whole"].status_code == 200 and answers["whole"].json()["choices"][0]["finish_reason"] == "error"
     wait_for(lambda: failures)

@@ -80,7 +80,7 @@ def test_an_end_of_turn_token_is_end_turn():
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (9, 2)
     with pytest.raises(ApiError) as broken:  # a Message cannot say its generation broke off
         message(MessageIdentity(id="msg_y", model=MODEL_ID), replace(result, finish_reason="error"), usage)
-    assert broken.value.status_code == 500
+    assert broken.value.status_code == 503 and broken.value.code == "cut_off"
 
 
 def test_sampling_fields_reach_the_engine(client, engine_requests, smollm2_tokenizer):

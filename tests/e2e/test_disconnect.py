@@ -109,3 +109,34 @@ def test_dropped_non_streamed_requests_free_the_engine_within_2_seconds(server):
         assert time.monotonic() - dropped < 2, f"the engine still holds dropped requests: {now}"
         time.sleep(0.05)
     assert server.state.num_admitted_choices == 0
+
+
+def test_a_stream_dropped_while_queued_never_runs(server):
+    """A streaming client that leaves before its first token (still queued behind a full
+    batch) is noticed then, not only once its first chunk is written."""
+    base_url, state = server.base_url, server.state
+    quiet_gauges(base_url)
+    with httpx.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(NUM_STREAMS) as pool:
+        streams = list(pool.map(lambda _: open_stream(client), range(NUM_STREAMS)))  # the batch is full
+        try:
+            body = {"prompt": "Wait for me", "max_tokens": MAX_TOKENS, "stream": True}
+            # The status line waits for the first token, which never comes while the batch is
+            # full: the client gives up after a second of silence and closes the connection.
+            def give_up() -> None:
+                with pytest.raises(httpx.ReadTimeout):
+                    httpx.post(f"{base_url}/v1/completions", json=body, timeout=httpx.Timeout(60, read=2.0))
+
+            waiting = pool.submit(give_up)
+            deadline = time.monotonic() + 2
+            while gauges(base_url)["flint:num_requests_waiting"] != 1:  # it is read and queued
+                assert time.monotonic() < deadline, "the request never queued"
+                time.sleep(0.02)
+            waiting.result()
+            dropped = time.monotonic()
+            while gauges(base_url)["flint:num_requests_waiting"] or state.num_admitted_choices != NUM_STREAMS:
+                assert time.monotonic() - dropped < 2, "the dropped request is still queued"
+                time.sleep(0.05)
+            assert gauges(base_url)["flint:num_requests_running"] == NUM_STREAMS
+        finally:
+            for response, _ in streams:
+                response.close()
