@@ -1,7 +1,8 @@
 """The import graph of a package: its modules, the imports between them, and its depth.
 
-    python tools/import_graph.py api            # files, import edges, longest import chain
-    python tools/import_graph.py api --edges    # ... and every edge
+    python tools/import_graph.py api              # files, import edges, longest import chain
+    python tools/import_graph.py api --edges      # ... and every edge
+    python tools/import_graph.py api --packages   # the same with each subpackage as one node
 
 Read from the source (ast), never imported, so it works on any checkout. An edge A -> B means
 module A imports module B (both inside the package); `depth` counts the modules on the
@@ -60,6 +61,17 @@ def import_edges(package: str, root: Path = ROOT) -> set[tuple[str, str]]:
     return edges
 
 
+def package_edges(package: str, root: Path = ROOT) -> set[tuple[str, str]]:
+    """The import edges with every subpackage of `package` taken as one node (`api.chat.*`
+    is `api.chat`): the coarse structure of the package."""
+    depth = package.count(".") + 2
+
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    return {(node(a), node(b)) for a, b in import_edges(package, root) if node(a) != node(b)}
+
+
 def longest_chain(edges: set[tuple[str, str]]) -> list[str]:
     """The longest import chain (no module twice) through the graph."""
     successors: dict[str, list[str]] = {}
@@ -83,11 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("package", help="a package under the repository root, e.g. api")
     parser.add_argument("--edges", action="store_true", help="print every edge")
+    parser.add_argument("--packages", action="store_true", help="take each subpackage as one node")
     args = parser.parse_args(argv)
     modules = package_modules(args.package)
-    edges = import_edges(args.package)
+    edges = package_edges(args.package) if args.packages else import_edges(args.package)
     chain = longest_chain(edges)
-    print(f"{args.package}: {len(modules)} files, {len(edges)} import edges, depth {len(chain)}")
+    nodes = {node for edge in edges for node in edge} if args.packages else modules
+    what = "nodes (modules and subpackages)" if args.packages else "files"
+    print(f"{args.package}: {len(nodes)} {what}, {len(edges)} import edges, depth {len(chain)}")
     print("longest chain: " + " -> ".join(chain))
     if args.edges:
         for importer, imported in sorted(edges):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.sampling.arrays import SamplingArrays
-from engine.sampling.masks import row_allowed_words
+from engine.sampling.masks import bad_word_bans, force_token, no_repeat_ngram_bans, pack_banned, stop_bans
 from engine.sampling.params import MAX_LOGIT_BIAS, SamplingParams
 
 
@@ -55,3 +55,17 @@ def _fill_history(arrays: SamplingArrays, index: int, row: RowSampling) -> None:
     history = row.token_ids[-arrays.history_ids.shape[1]:]
     arrays.history_ids[index, : len(history)] = history
     arrays.num_prompt_tokens[index] = row.num_prompt_tokens - (len(row.token_ids) - len(history))
+
+
+def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
+    """The row's packed mask, or None when it allows every token."""
+    params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
+    if len(outputs) < len(params.forced_output_tokens):
+        return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
+    banned = stop_bans(len(outputs), row.min_tokens, len(row.token_ids),
+                       row.min_total_tokens or None, row.end_token_ids)
+    if params.bad_word_tokens:
+        banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
+    if params.no_repeat_ngram_size:
+        banned |= no_repeat_ngram_bans(row.token_ids, params.no_repeat_ngram_size)
+    return pack_banned(banned, vocab_size) if banned else None

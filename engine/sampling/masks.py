@@ -11,10 +11,7 @@ token t.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from engine.sampling.inputs import RowSampling
 
 WORD_BITS = 32
 _WORD_RANGE = 1 << WORD_BITS
@@ -90,17 +87,3 @@ def pack_banned(banned_ids: Iterable[int], vocab_size: int) -> list[int]:
 def force_token(token_id: int, vocab_size: int) -> list[int]:
     """Packed words allowing only token_id, so the sampler must emit it next."""
     return pack_allowed([token_id], vocab_size)
-
-
-def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
-    """The row's packed mask, or None when it allows every token."""
-    params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
-    if len(outputs) < len(params.forced_output_tokens):
-        return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
-    banned = stop_bans(len(outputs), row.min_tokens, len(row.token_ids),
-                       row.min_total_tokens or None, row.end_token_ids)
-    if params.bad_word_tokens:
-        banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
-    if params.no_repeat_ngram_size:
-        banned |= no_repeat_ngram_bans(row.token_ids, params.no_repeat_ngram_size)
-    return pack_banned(banned, vocab_size) if banned else None
