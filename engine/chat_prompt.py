@@ -148,7 +148,7 @@ class ChatEncoder:
                add_special_tokens: bool = False) -> list[int]:
         """The ids of `prompt` (see Tokenizer.encode_chat)."""
         if special_tokens_in_content:
-            return self._parsing.encode(prompt.text, add_special_tokens=add_special_tokens).ids
+            return self._parsing.encode_batch([prompt.text], add_special_tokens=add_special_tokens)[0].ids
         parts = self._parts(prompt)
         if not add_special_tokens:
             return [token_id for part in parts for token_id in
@@ -172,7 +172,8 @@ class ChatEncoder:
 
     def _plain(self, text: str, offset: int) -> tokenizers.Encoding:
         plain = self._plain_first if offset == 0 else self._plain_rest
-        return plain.encode(text, add_special_tokens=False)
+        # encode_batch releases the GIL while it works (see Tokenizer.encode); encode may not.
+        return plain.encode_batch([text], add_special_tokens=False)[0]
 
     def _token_encoding(self, token_id: int) -> tokenizers.Encoding:
         return self._parsing.encode(self._parsing.id_to_token(token_id), add_special_tokens=False)

@@ -100,7 +100,9 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids for `text`; with `add_special_tokens`, BOS/EOS where the model wants them."""
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch, not encode: it releases the GIL while it works, where encode can hold
+        # it for seconds on a long text and stall every other thread (the API's event loop).
+        return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""

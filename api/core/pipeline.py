@@ -20,8 +20,8 @@ from litestar import Request, Response
 
 from api.core.admission import admit
 from api.core.errors import ApiError, ClientDisconnected
-from api.core.registry import Registry
 from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
+from api.core.registry import Registry
 from api.core.sse import prefetched, sse_response
 from api.core.validation import read_json_body
 from api.state import ServerState
