@@ -16,7 +16,7 @@ from api.messages import route as messages
 from api.responses import route as responses
 from api.routes import health, metrics, models
 from api.settings import Settings
-from api.state import ServerState
+from api.core.state import ServerState
 from api.tokens import route as tokens
 from engine.loader.source import resolve_model
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from api.settings import Settings
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.async_engine import AsyncEngine
 from engine.engine import Engine
 from engine.tokenizer import Tokenizer

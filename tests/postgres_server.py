@@ -26,7 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from api.store_schema import tables
+from api.core.store_schema import tables
 from e2e.flint_process import free_port
 
 URL_VARIABLE = "FLINT_TEST_POSTGRES_URL"

@@ -21,7 +21,7 @@ from api.core.generation import ChoiceRequest
 from api.core.prompt import chat_prompt_ids
 from api.core.sampling import (EngineValues, check_range, choice_seed_list, engine_values, logit_bias,
                                logprobs_count, resolve_max_tokens)
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.request import SamplingParams
 
 log = logging.getLogger("flint")

@@ -16,8 +16,8 @@ from api.chat.store import stored_view
 from api.core.errors import ApiError
 from api.core.pipeline import Dialect, generate
 from api.core.validation import parse_body, parse_query, read_json_body, require_object
-from api.state import ServerState
-from api.store import Page, StoredChatCompletion, UnknownCursorError
+from api.core.state import ServerState
+from api.core.store import Page, StoredChatCompletion, UnknownCursorError
 from generated.openai_chat_completions import (
     ChatCompletionList,
     ChatCompletionMessageList,

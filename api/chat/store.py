@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
-from api.state import ServerState
-from api.store import StoredChatCompletion
+from api.core.state import ServerState
+from api.core.store import StoredChatCompletion
 from generated.openai_chat_completions import ChatCompletion
 
 

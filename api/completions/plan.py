@@ -32,7 +32,7 @@ from api.core.generation import ChoiceRequest
 from api.core.prompt import check_prompt_fits, text_prompt_ids
 from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
                                logit_bias, logprobs_count, resolve_max_tokens)
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.request import SamplingParams, StopCriteria
 
 log = logging.getLogger("flint")

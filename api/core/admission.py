@@ -12,7 +12,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
 from api.core.errors import ApiError, engine_failed
-from api.state import ServerState
+from api.core.state import ServerState
 
 # Seconds a client should wait before retrying a full queue; a CPU step takes tenths of a
 # second, so by then a few requests have usually finished.

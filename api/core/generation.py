@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from api.core.admission import release
 from api.core.errors import ApiError, engine_failed
 from api.core.usage import ChoiceTiming, Timing, Usage
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
 from engine.request import (PromptTokenLogprob, Request, RequestOutput, SamplingParams, StopCriteria,
                             TokenLogprob)

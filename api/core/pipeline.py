@@ -24,7 +24,7 @@ from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
 from api.core.registry import Registry
 from api.core.sse import prefetched, sse_response
 from api.core.validation import read_json_body
-from api.state import ServerState
+from api.core.state import ServerState
 
 
 class Plan(Protocol):

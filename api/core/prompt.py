@@ -27,7 +27,7 @@ from typing import Any
 import jinja2
 
 from api.core.errors import ApiError, invalid
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.tokenizer import Tokenizer
 
 # Roles a template may not know, and the older role that means the same to a model.

@@ -22,7 +22,7 @@ from api.core.prompt import PART_SEPARATOR, chat_prompt_ids
 from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
-from api.state import ServerState
+from api.core.state import ServerState
 from generated.flint import TextBlockParam
 
 log = logging.getLogger("flint")

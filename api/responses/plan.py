@@ -21,7 +21,7 @@ from api.responses.body import MODELS
 from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
 from api.responses.input import Item, chat_messages, request_items
 from api.responses.store import conversation_of, previous_response
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.sampling.params import MAX_LOGPROBS
 from generated.flint import CreateResponseRequest
 

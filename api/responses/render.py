@@ -39,7 +39,7 @@ from api.core.usage import Usage
 from api.responses.input import new_id
 from api.responses.plan import ResponsePlan
 from api.responses.store import save_response
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.request import TokenLogprob
 from engine.tokenizer import Tokenizer
 from generated.flint import Response as ResponseObject

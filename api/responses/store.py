@@ -14,8 +14,8 @@ from typing import Any
 Item = dict[str, Any]  # an input or output item, as JSON
 
 from api.core.errors import ApiError
-from api.state import ServerState
-from api.store import Page, StoredResponse, UnknownCursorError
+from api.core.state import ServerState
+from api.core.store import Page, StoredResponse, UnknownCursorError
 
 
 def response_not_found(response_id: str, param: str | None = None) -> ApiError:

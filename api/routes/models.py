@@ -7,7 +7,7 @@ from litestar.datastructures import State
 from litestar.params import FromPath
 
 from api.core.errors import model_not_found
-from api.state import ServerState
+from api.core.state import ServerState
 from generated.flint import Model, ModelList
 
 

@@ -14,7 +14,7 @@ from api.core.errors import invalid
 from api.core.limits import check_list
 from api.core.prompt import render, template_messages
 from api.core.validation import parse_body, require_object
-from api.state import ServerState
+from api.core.state import ServerState
 from api.tokens.fields import REGISTRY
 from engine.tokenizer import Tokenizer
 from generated.flint import DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest

@@ -11,7 +11,7 @@ from litestar import Request, get, post
 from litestar.datastructures import State
 
 from api.core.validation import read_json_body
-from api.state import ServerState
+from api.core.state import ServerState
 from api.tokens import fields
 from api.tokens.body import parse_detokenize, parse_tokenize, token_strs, tokenize
 from generated.flint import DetokenizeResponse, TokenizeResponse, TokenizerInfoResponse

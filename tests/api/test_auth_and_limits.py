@@ -11,7 +11,7 @@ from api.core.admission import admit
 from api.app import create_app
 from api.core.errors import ApiError
 from api.settings import Settings
-from api.state import ServerState
+from api.core.state import ServerState
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from engine.config import EngineConfig
 from engine.loader.source import resolve_model

@@ -22,6 +22,13 @@ def test_no_dialect_package_imports_another():
     assert crossings == []
 
 
+def test_a_dialect_imports_only_the_core_and_itself_of_api():
+    """Besides generated/ and engine/, which are outside api/."""
+    strays = [(importer, imported) for importer, imported in import_edges("api")
+              if dialect_of(importer) and not imported.startswith(("api.core", f"api.{dialect_of(importer)}"))]
+    assert strays == []
+
+
 def test_the_core_imports_no_dialect():
     assert [edge for edge in import_edges("api") if edge[0].startswith("api.core") and dialect_of(edge[1])] == []
 

@@ -1,4 +1,4 @@
-"""api/store.py on SQLite and on PostgreSQL: what is saved comes back, lists page and
+"""api/core/store.py on SQLite and on PostgreSQL: what is saved comes back, lists page and
 filter in creation order, writes are committed, and the schema is versioned."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from sqlalchemy import update
 from api.cli import build_parser
 from api.serve import settings_from_args
 from api.settings import Settings
-from api.store import Store, UnknownCursorError, store_url as resolve_store_url
-from api.store_schema import SCHEMA_VERSION, SchemaTooNewError, schema_version
+from api.core.store import Store, UnknownCursorError, store_url as resolve_store_url
+from api.core.store_schema import SCHEMA_VERSION, SchemaTooNewError, schema_version
 from e2e.flint_process import free_port
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from api.app import create_app
 from api.settings import Settings
-from api.state import ServerState
+from api.core.state import ServerState
 from engine.config import EngineConfig
 from api_helpers import live_app
 

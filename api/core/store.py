@@ -17,7 +17,7 @@ from sqlalchemy import and_, delete, event, exists, insert, make_url, or_, selec
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from api.store_schema import chat_completion_metadata, chat_completions, migrate, responses
+from api.core.store_schema import chat_completion_metadata, chat_completions, migrate, responses
 
 Item = TypeVar("Item")
 Order = Literal["asc", "desc"]

@@ -9,7 +9,7 @@ from typing import Literal
 from api.core.errors import model_not_found
 from api.metrics import Metrics
 from api.settings import Settings
-from api.store import Store, store_url
+from api.core.store import Store, store_url
 from engine.async_engine import AsyncEngine
 from engine.engine import EngineStats
 from engine.loader.source import ModelSource
