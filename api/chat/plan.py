@@ -98,7 +98,7 @@ def stop_strings(body: ChatCompletionBody) -> tuple[str, ...]:
         return ()
     stop = body.stop.root
     stops = (stop,) if isinstance(stop, str) else tuple(stop.root)
-    return limits.check_stop_strings("stop", stops, limits.MAX_STOP_STRINGS)
+    return limits.check_strings("stop", stops, limits.MAX_STOP_STRINGS)
 
 
 def log_caller(fields: dict[str, Any]) -> None:

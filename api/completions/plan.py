@@ -124,26 +124,25 @@ def logprobs_of(body: Any) -> int | None:
     return logprobs
 
 
-def stop_criteria(body: Any, values: EngineValues, max_tokens: int, vocab_size: int) -> StopCriteria:
+def stop_criteria(body: Any, values: EngineValues, vocab_size: int) -> StopCriteria:
     """Stop strings (`stop`), Friendli's stop token ids (`stop_tokens`, token sequences any
-    of whose tokens stops, and `eos_token`), the token limit and the floors."""
+    of whose tokens stops, and `eos_token`) and the floors; the token limit is each prompt's."""
     stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    limits.check_stop_strings("stop", stops, limits.MAX_STOP_STRINGS)
+    limits.check_strings("stop", stops, limits.MAX_STOP_STRINGS)
     sequence_ids = [token for sequence in body.stop_tokens or [] for token in sequence.tokens or []]
     limits.check_list("stop_tokens", sequence_ids, limits.MAX_STOP_TOKEN_IDS, "token ids in all")
     limits.check_list("eos_token", body.eos_token, limits.MAX_STOP_TOKEN_IDS, "token ids")
     ids = sequence_ids + list(body.eos_token or [])
     if body.min_tokens is not None and body.min_total_tokens is not None:
         raise invalid("min_total_tokens", "give `min_tokens` or `min_total_tokens`, not both")
-    return values.stop_criteria(strings=stops, token_ids=check_token_ids("stop_tokens", ids, vocab_size),
-                                max_tokens=max_tokens)
+    return values.stop_criteria(strings=stops, token_ids=check_token_ids("stop_tokens", ids, vocab_size))
 
 
-def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, logprobs: int | None,
-                prompt_logprobs: int | None) -> SamplingParams:
-    """The planned sampling fields: biases, bans, forced tokens, n-grams, logprob counts."""
+def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, logprobs: int | None) -> SamplingParams:
+    """The planned sampling fields: biases, bans, forced tokens, n-grams, logprobs (the seed
+    and prompt logprobs are each choice's)."""
     words = tuple(body.bad_words or ())
-    limits.check_stop_strings("bad_words", words, limits.MAX_BAD_WORDS)  # few, short, non-empty strings
+    limits.check_strings("bad_words", words, limits.MAX_BAD_WORDS)
     token_phrases = [list(sequence.tokens or []) for sequence in body.bad_word_tokens or []]
     limits.check_list("bad_word_tokens", token_phrases, limits.MAX_BAD_WORDS, "phrases")
     limits.check_list("bad_word_tokens", max(token_phrases, key=len, default=[]), limits.MAX_PHRASE_TOKENS,
@@ -158,7 +157,7 @@ def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, log
         bad_word_tokens=tuple(check_token_ids("bad_word_tokens", phrase, vocab_size) for phrase in phrases),
         forced_output_tokens=check_token_ids("forced_output_tokens", forced, vocab_size),
         no_repeat_ngram_size=ngram if ngram > 1 else 0,  # Friendli: 1 means off
-        logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+        logprobs=logprobs)
 
 
 def max_tokens_for(body: Any, prompt: list[int], max_model_len: int) -> int:
@@ -185,8 +184,8 @@ def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n:
     """prompt index p, choice i -> choice index p * n + i, with the seed of choice i."""
     tokenizer, vocab_size = server.tokenizer, server.tokenizer.vocab_size
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
-    sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs, None)
-    stop = stop_criteria(body, values, DEFAULT_MAX_TOKENS, vocab_size)
+    sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs)
+    stop = stop_criteria(body, values, vocab_size)
     seeds = choice_seed_list(body.seed, n)
     choices = []
     for p, prompt in enumerate(prompts):

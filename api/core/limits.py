@@ -23,7 +23,7 @@ MAX_BAD_WORDS = 64  # Friendli's `bad_words` and `bad_word_tokens` phrases, each
 MAX_PHRASE_TOKENS = 32  # tokens of one bad-word phrase
 MAX_FORCED_TOKENS = 256  # Friendli's `forced_output_tokens`
 MAX_NO_REPEAT_NGRAM = 32  # Friendli's `no_repeat_ngram`: its bans cost n x length on every step
-MAX_STOP_STRING_CHARS = 256  # one stop string
+MAX_STRING_CHARS = 256  # one stop string or bad word
 MAX_INCLUDE = 16  # the Responses API's `include` (it names a handful of kinds of extra data)
 
 
@@ -42,11 +42,11 @@ def check_choices(num_prompts: int, n: int, *, prompt_field: str = "prompt") -> 
                            f"choices; at most {MAX_CHOICES} are served per request")
 
 
-def check_stop_strings(field: str, stops: tuple[str, ...], cap: int) -> tuple[str, ...]:
-    """Stop strings: at most `cap`, none empty, none longer than MAX_STOP_STRING_CHARS."""
-    check_list(field, stops, cap, "strings")
-    if any(not stop for stop in stops):
+def check_strings(field: str, strings: tuple[str, ...], cap: int) -> tuple[str, ...]:
+    """Stop strings or bad words: at most `cap`, none empty, none longer than MAX_STRING_CHARS."""
+    check_list(field, strings, cap, "strings")
+    if any(not string for string in strings):
         raise invalid(field, f"`{field}` strings must not be empty")
-    if any(len(stop) > MAX_STOP_STRING_CHARS for stop in stops):
-        raise invalid(field, f"`{field}` strings may be at most {MAX_STOP_STRING_CHARS} characters long")
-    return stops
+    if any(len(string) > MAX_STRING_CHARS for string in strings):
+        raise invalid(field, f"`{field}` strings may be at most {MAX_STRING_CHARS} characters long")
+    return strings

@@ -82,4 +82,4 @@ def blocks_text(content: str | list | None) -> str:
 
 
 def stop_sequences(body: MessagesBody) -> tuple[str, ...]:
-    return limits.check_stop_strings("stop_sequences", tuple(body.stop_sequences or ()), limits.MAX_STOP_SEQUENCES)
+    return limits.check_strings("stop_sequences", tuple(body.stop_sequences or ()), limits.MAX_STOP_SEQUENCES)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-Item = dict[str, Any]  # an input or output item, as JSON
-
 from api.core.errors import ApiError
 from api.core.state import ServerState
+from api.responses.input import Item
 from api.core.store import Page, StoredResponse, UnknownCursorError
 
 
