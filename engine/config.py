@@ -79,6 +79,7 @@ class EngineConfig:
     num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
     dtype: str = "float32"  # compute and cache dtype; float32 is fastest on XLA's CPU backend
+    quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     enable_prefix_caching: bool = True
     seed: int = 0  # seeds the random seeds of unseeded requests

@@ -8,6 +8,7 @@ drives it from a background thread for the HTTP server.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import Tokenizer
+from engine.weights import resolve_quantization
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class Engine:
     """A model, its KV cache and the queue of requests being generated."""
 
     def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None):
-        self.config = config
+        quantization = resolve_quantization(config.quantization, checkpoint.source.format)
+        config = self.config = dataclasses.replace(config, quantization=quantization)
         self.model_config = checkpoint.config
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
@@ -57,6 +60,7 @@ class Engine:
         mesh = make_mesh(config)
         checkpoint = load_checkpoint(model, shardings=lambda c, p: param_shardings(c, mesh, p))
         engine = cls(checkpoint, tokenizer_for(checkpoint), config, mesh)
+        checkpoint.params = None  # the runner holds the served weights; let the loaded ones go
         engine.runner.warmup(report)
         return engine
 

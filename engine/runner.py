@@ -23,7 +23,8 @@ from engine.model import Llama
 from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
 from engine.sampling.inputs import RowSampling, fill_row
-from engine.sharding import make_mesh, param_shardings, replicated
+from engine.sharding import make_mesh, replicated, served_shardings
+from engine.weights import serving_weights
 
 
 @dataclass
@@ -59,8 +60,8 @@ class ModelRunner:
         self.config = engine_config
         self.mesh = mesh if mesh is not None else make_mesh(engine_config)
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
-        weights = jax.tree_util.tree_map(lambda a: a.astype(engine_config.dtype), params)
-        weights = jax.device_put(weights, param_shardings(model_config, self.mesh, weights))
+        weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
+        weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         self.graphdef, self.state = nnx.split(Llama(model_config, weights))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,))

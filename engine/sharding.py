@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from engine.config import EngineConfig, ModelConfig
 from engine.params import ParamSpec, param_specs
+from engine.weights import SERVED_AXES, served_axes
 
 TENSOR_AXIS = "tp"
 
@@ -71,3 +72,17 @@ def kv_cache_sharding(shape: tuple[int, ...], mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
+
+
+def served_shardings(mesh: Mesh, weights: dict) -> dict:
+    """A NamedSharding for every leaf of the served weights (engine/weights.py), by name.
+
+    The fused q|k|v and gate|up matrices split along their output rows like their parts;
+    an int8 weight's scales split like its values."""
+    def sharding_for(path, leaf) -> NamedSharding:
+        names = [key.key if hasattr(key, "key") else getattr(key, "name", None) for key in path]
+        weight_name = [name for name in names if name in SERVED_AXES][-1]
+        axes = served_axes(weight_name)
+        return NamedSharding(mesh, partition_spec(leaf.shape, axes, mesh))
+
+    return jax.tree_util.tree_map_with_path(sharding_for, weights)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine.config import EngineConfig
@@ -15,6 +17,13 @@ SMOLLM2_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batch
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_checkpoint, smollm2_tokenizer) -> Engine:
     engine = Engine(smollm2_checkpoint, smollm2_tokenizer, SMOLLM2_ENGINE)
+    engine.runner.warmup()
+    return engine
+
+
+@pytest.fixture(scope="session")
+def smollm2_int8_engine(smollm2_checkpoint, smollm2_tokenizer) -> Engine:
+    engine = Engine(smollm2_checkpoint, smollm2_tokenizer, dataclasses.replace(SMOLLM2_ENGINE, quantization="int8"))
     engine.runner.warmup()
     return engine
 

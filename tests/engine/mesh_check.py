@@ -29,7 +29,7 @@ def run(mesh_shape):
 
 single_runner, single = run((1,))
 sharded_runner, sharded = run((4,))
-wq = sharded_runner.state["layers"]["wq"][...]
+wq = sharded_runner.state["layers"]["wqkv"][...]
 print(json.dumps({
     "devices": len(jax.devices()),
     "wq_spec": str(wq.sharding.spec),

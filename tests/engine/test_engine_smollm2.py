@@ -44,7 +44,10 @@ def test_chat_question_is_answered(smollm2_engine, smollm2_tokenizer):
     assert outputs[-1].stop_reason is None  # EOS is not a stop token id the request named
 
 
-def test_batch_of_sixteen_gives_the_same_tokens_as_alone(smollm2_engine, smollm2_tokenizer):
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_batch_of_sixteen_gives_the_same_tokens_as_alone(request, smollm2_tokenizer, quantization):
+    """Batch invariance, float32 and int8: a row's tokens do not depend on what shares its steps."""
+    smollm2_engine = request.getfixturevalue("smollm2_engine" if quantization == "none" else "smollm2_int8_engine")
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
     prompts = [smollm2_tokenizer.encode(" ".join(words[: 1 + i]) + " and then") for i in range(16)]
     alone = {f"solo-{i}": run_alone(smollm2_engine, f"solo-{i}", ids) for i, ids in enumerate(prompts) if i % 5 == 0}
