@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Re-installs when pyproject.toml changes.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup serve test codegen check-codegen bench clean
+.PHONY: setup serve test codegen check-codegen bench bench-serve clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.11") if sys.version_info < (3, 11) else None'
@@ -31,6 +31,10 @@ codegen: setup
 
 bench: setup
 	$(BIN)/python tools/bench.py $(or $(BENCH_ARGS),engine)
+
+# Flint against llama.cpp's llama-server through HTTP (builds llama-server once, ~10 min).
+bench-serve: setup
+	$(BIN)/python tools/bench.py serve $(BENCH_SERVE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -8,6 +8,10 @@
                                        llama-cpp-python is installed (the `bench` extra)
     python tools/bench.py sampler      the fused sampling step with every feature on, and
                                        with temperature only, against greedy (64 rows)
+    python tools/bench.py serve        Flint against llama.cpp's llama-server through HTTP on the
+                                       same GGUF: tok/s and time to first token under the same
+                                       closed-loop streamed load, start-up time and memory
+                                       (builds llama-server once, about 10 minutes on 2 cores)
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -114,6 +118,12 @@ def sampler_benchmarks(args: argparse.Namespace) -> None:
     run_sampler_benchmark(args)
 
 
+def serve_benchmarks(args: argparse.Namespace) -> None:
+    from bench_serve import run_serve_benchmark
+
+    run_serve_benchmark(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
@@ -134,10 +144,30 @@ def main(argv: list[str] | None = None) -> int:
                          help="also time a SmolLM2 decode step of as many rows, for the share")
     sampler.add_argument("--decode-context", type=int, default=200,
                          help="cached tokens of each sequence of that decode step (default: %(default)s)")
+    serve = commands.add_parser("serve", help="Flint against llama-server through HTTP, same GGUF and load")
+    serve.add_argument("--model", default=None, help="a GGUF file (default: the embedded SmolLM2)")
+    serve.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64],
+                       help="closed-loop clients, one run each (default: %(default)s)")
+    serve.add_argument("--requests-per-client", type=int, default=2,
+                       help="streamed requests each client sends, one after another (default: %(default)s)")
+    serve.add_argument("--prompt-tokens", type=int, default=128)
+    serve.add_argument("--output-tokens", type=int, default=128)
+    serve.add_argument("--ttft-prompt-tokens", type=int, default=1000)
+    serve.add_argument("--rounds", type=int, default=2,
+                       help="alternating turns of each server; the best counts (default: %(default)s)")
+    serve.add_argument("--seed", type=int, default=0, help="of the random prompts")
+    serve.add_argument("--llama-server", default=None, metavar="PATH",
+                       help="a llama-server binary (default: the one cached under $XDG_CACHE_HOME or ~/.cache, "
+                            "in flint/llama-server/VERSION/, built there first if absent)")
+    serve.add_argument("--flint-args", default="", help="more `flint serve` arguments, as one string")
+    serve.add_argument("--llama-args", default="", help="more llama-server arguments, as one string")
+    serve.add_argument("--start-timeout", type=float, default=900.0,
+                       help="seconds each server may take to become healthy (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
-    {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks}[args.command](args)
+    {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
+     "serve": serve_benchmarks}[args.command](args)
     return 0
 
 

@@ -1,0 +1,294 @@
+"""Flint against llama.cpp's llama-server through HTTP, for tools/bench.py serve.
+
+Both servers run the same GGUF at once and take turns under the same closed-loop load:
+N clients, each sending streamed /v1/completions requests one after another (random
+token-id prompts, temperature 0, EOS ignored), so that the figures measure the servers,
+HTTP and SSE included, and not the engines alone. The turns alternate (Flint, llama-server,
+Flint, ...) and each figure is the best of its rounds, since a shared machine only ever
+makes a run slower.
+
+llama-server is found or built by tools/llama_server.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from engine.loader.source import resolve_model
+from llama_server import (LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version,
+                          num_cores)
+
+SERVERS = ("Flint", "llama-server")
+
+
+# Starting, watching and stopping the servers.
+
+@dataclass
+class Server:
+    """A server process, and what its start-up cost."""
+
+    name: str
+    process: subprocess.Popen
+    url: str
+    log: Path
+    healthy_after: float = 0.0  # seconds from launch to /health 200
+    rss_bytes: int = 0  # resident memory once healthy, child processes included
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(name: str, command: list[str], port: int, log: Path, stack: ExitStack, timeout: float,
+                 env: dict | None = None) -> Server:
+    """Launch, wait for /health, record the time and memory. Stopped by `stack` from launch
+    on; in its own session, so that a Ctrl-C reaches only this process, which stops it."""
+    started = time.perf_counter()
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = Server(name, process, f"http://127.0.0.1:{port}", log)
+    stack.callback(stop_server, server)
+    wait_healthy(server, timeout)
+    server.healthy_after = time.perf_counter() - started
+    server.rss_bytes = resident_bytes(process.pid)
+    return server
+
+
+def wait_healthy(server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited with {server.process.returncode}:\n{log_tail(server.log)}")
+        try:
+            if httpx.get(server.url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not listening yet
+        time.sleep(0.5)
+    raise RuntimeError(f"{server.name} not healthy after {timeout:.0f} s:\n{log_tail(server.log)}")
+
+
+def log_tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def resident_bytes(pid: int) -> int:
+    """VmRSS of the process and its descendants, from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        children = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                    for child in (task / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return kib * 1024 + sum(resident_bytes(child) for child in children)
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM (Flint drains and exits 0), then SIGKILL if it does not go within 30 s."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+def flint_command(args: argparse.Namespace, port: int, data_dir: str) -> list[str]:
+    """`flint serve` with as many sequences as llama-server has slots; --flint-args last, to override."""
+    model = ["--model", args.model] if args.model else []
+    return [str(Path(sys.executable).with_name("flint")), "serve", "--port", str(port), *model,
+            "--max-num-seqs", str(max(args.concurrency)), "--data-dir", data_dir, *shlex.split(args.flint_args)]
+
+
+def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path) -> list[str]:
+    """One slot per client at the largest concurrency, over one unified KV cache holding every
+    slot at prompt + output tokens (and the long TTFT prompt alone), as Flint's paged cache does."""
+    slots = max(args.concurrency)
+    context = max(slots * (args.prompt_tokens + args.output_tokens + 1), args.ttft_prompt_tokens + 2)
+    context = -(-context // 256) * 256
+    return [str(binary), "-m", str(gguf), "-t", str(num_cores()), "-np", str(slots), "--cont-batching",
+            "--kv-unified", "-c", str(context), "--host", "127.0.0.1", "--port", str(port),
+            *shlex.split(args.llama_args)]
+
+
+def start_servers(args: argparse.Namespace, binary: Path, stack: ExitStack, scratch: Path) -> dict[str, Server]:
+    """llama-server first: it is up in seconds, and Flint's compilation then has the machine."""
+    gguf = resolve_model(args.model).path
+    servers, llama_port, flint_port = {}, free_port(), free_port()
+    for name, command, port, env in (
+            ("llama-server", llama_command(args, binary, llama_port, gguf), llama_port, llama_server_env(binary)),
+            ("Flint", flint_command(args, flint_port, str(scratch)), flint_port, None)):
+        print(f"starting {name}: {shlex.join(command)}", flush=True)
+        servers[name] = start_server(name, command, port, scratch / f"{name}.log", stack, args.start_timeout, env)
+        print(f"  healthy after {servers[name].healthy_after:.1f} s", flush=True)
+    return servers
+
+
+# The load.
+
+@dataclass
+class Reply:
+    ttft: float  # seconds from sending to the first chunk with a choice
+    tokens: int  # output tokens, from the usage the last chunk carries
+
+
+@dataclass
+class Run:
+    tokens_per_second: float  # output tokens of every reply over the run's wall time
+    ttfts: list[float]
+    tokens: list[int]  # of each reply: max_tokens every time, or a server stopped early
+
+
+async def stream_completion(client: httpx.AsyncClient, body: dict) -> Reply:
+    """One streamed completion, read as SSE."""
+    started, first, usage, chunks = time.perf_counter(), None, None, 0
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {(await response.aread())[:500]!r}")
+        async for line in response.aiter_lines():
+            data = line.removeprefix("data:").strip()
+            if not line.startswith("data:") or data == "[DONE]":
+                continue
+            chunk = json.loads(data)
+            if chunk.get("choices"):
+                first = first or time.perf_counter()
+                chunks += 1
+            usage = chunk.get("usage") or usage
+    tokens = usage["completion_tokens"] if usage else chunks
+    return Reply((first or time.perf_counter()) - started, tokens)
+
+
+def completion_body(model_id: str, prompt: list[int], max_tokens: int) -> dict:
+    return {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+
+
+async def closed_loop(url: str, bodies: list[list[dict]]) -> Run:
+    """Each client sends its bodies one after another; all clients at once."""
+    async def client_loop(client: httpx.AsyncClient, own: list[dict]) -> list[Reply]:
+        return [await stream_completion(client, body) for body in own]
+
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(900.0), limits=limits) as client:
+        started = time.perf_counter()
+        replies = [r for own in await asyncio.gather(*(client_loop(client, own) for own in bodies)) for r in own]
+        elapsed = time.perf_counter() - started
+    return Run(sum(r.tokens for r in replies) / elapsed, [r.ttft for r in replies], [r.tokens for r in replies])
+
+
+def ordinary_tokens(gguf: Path) -> np.ndarray:
+    """Ids of the vocabulary's normal tokens (GGUF token type 1): no control or byte tokens."""
+    import gguf as gguf_lib
+
+    field = gguf_lib.GGUFReader(str(gguf)).fields["tokenizer.ggml.token_type"]
+    types = np.concatenate([field.parts[i] for i in field.data])
+    return np.flatnonzero(types == 1)
+
+
+def prompts(tokens: np.ndarray, seed: list[int], shape: tuple[int, ...]) -> np.ndarray:
+    """Random prompts, the same for both servers within a round and new in every round, so
+    that no prefix cache (Flint's or llama-server's) ever holds one."""
+    return np.random.default_rng(seed).choice(tokens, size=shape)
+
+
+# The rounds and the report.
+
+def load_bodies(args, model_id: str, tokens: np.ndarray, round_index: int, concurrency: int) -> list[list[dict]]:
+    shape = (concurrency, args.requests_per_client, args.prompt_tokens)
+    ids = prompts(tokens, [args.seed, round_index, concurrency], shape)
+    return [[completion_body(model_id, p.tolist(), args.output_tokens) for p in own] for own in ids]
+
+
+def measure(args, server: Server, model_id: str, tokens: np.ndarray, round_index: int) -> dict:
+    """Every figure of one turn: a Run per concurrency, and the long prompt's TTFT."""
+    figures = {}
+    for concurrency in args.concurrency:
+        run = asyncio.run(closed_loop(server.url, load_bodies(args, model_id, tokens, round_index, concurrency)))
+        print(f"  round {round_index + 1}, {server.name}, {concurrency} clients: {run.tokens_per_second:.1f} tok/s, "
+              f"TTFT median {statistics.median(run.ttfts):.2f} s", flush=True)
+        figures[concurrency] = run
+        if set(run.tokens) != {args.output_tokens}:  # a figure over fewer tokens would flatter its server
+            print(f"  warning: {server.name} answered {sorted(set(run.tokens))} tokens, not {args.output_tokens}")
+    long_prompt = prompts(tokens, [args.seed, round_index, 0], (args.ttft_prompt_tokens,)).tolist()
+    figures["ttft"] = asyncio.run(closed_loop(server.url, [[completion_body(model_id, long_prompt, 1)]])).ttfts[0]
+    return figures
+
+
+def warm_up(server: Server, model_id: str, tokens: np.ndarray) -> None:
+    """One short request, so that no first-touch cost lands in a measured run."""
+    asyncio.run(closed_loop(server.url, [[completion_body(model_id, tokens[:16].tolist(), 4)]]))
+
+
+def best(turns: list[dict], concurrency: int) -> tuple[float, float, float]:
+    """The best tok/s, mean TTFT and median TTFT over the rounds, each on its own."""
+    runs = [turn[concurrency] for turn in turns]
+    return (max(r.tokens_per_second for r in runs), min(statistics.mean(r.ttfts) for r in runs),
+            min(statistics.median(r.ttfts) for r in runs))
+
+
+def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]], header: str) -> None:
+    """A Markdown table, ready for BENCHMARKS.md."""
+    from bench import cpu_name
+
+    print(f"\n{header}\nmachine: {cpu_name()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"command: {shlex.join(['python', *sys.argv])}")
+    print(f"{args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, temperature 0, EOS ignored, "
+          f"{args.requests_per_client} requests per client; best of {args.rounds} alternating rounds\n")
+    print("| clients | Flint tok/s | llama-server tok/s | Flint / llama | Flint TTFT mean / median | "
+          "llama-server TTFT mean / median |\n| --- | --- | --- | --- | --- | --- |")
+    for concurrency in args.concurrency:
+        (flint, f_mean, f_median), (llama, l_mean, l_median) = (best(results[n], concurrency) for n in SERVERS)
+        print(f"| {concurrency} | {flint:.1f} | {llama:.1f} | {flint / llama:.2f} | {f_mean:.2f} / {f_median:.2f} s "
+              f"| {l_mean:.2f} / {l_median:.2f} s |")
+    flint, llama = (min(turn["ttft"] for turn in results[n]) for n in SERVERS)
+    print(f"\n| | Flint | llama-server |\n| --- | --- | --- |\n"
+          f"| TTFT, {args.ttft_prompt_tokens}-token prompt | {flint:.2f} s | {llama:.2f} s |")
+    flint, llama = (servers[n] for n in SERVERS)
+    print(f"| healthy after | {flint.healthy_after:.1f} s | {llama.healthy_after:.1f} s |\n"
+          f"| resident memory after load | {flint.rss_bytes / 2**20:.0f} MiB | {llama.rss_bytes / 2**20:.0f} MiB |")
+
+
+def run_serve_benchmark(args: argparse.Namespace) -> None:
+    """Start both servers, run the alternating rounds, print the report; the servers stop
+    however this ends (an error, Ctrl-C or SIGTERM)."""
+    source = resolve_model(args.model)
+    if source.format != "gguf":
+        raise SystemExit(f"{source.path}: llama-server needs a GGUF file")
+    tokens = ordinary_tokens(source.path)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally that stops the servers
+    binary = find_llama_server(args.llama_server)
+    # llama.cpp's threads spin: other work on the machine cuts its figures several times over.
+    header = (f"model: {source.path.name}; llama-server {llama_server_version(binary)} (llama-cpp-python "
+              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, {max(args.concurrency)} slots; "
+              f"load average {os.getloadavg()[0]:.1f} before the servers started")
+    with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch, ExitStack() as stack:
+        servers = start_servers(args, binary, stack, Path(scratch))
+        for server in servers.values():
+            warm_up(server, source.id, tokens)
+        results: dict[str, list[dict]] = {name: [] for name in SERVERS}
+        for round_index in range(args.rounds):
+            for name in SERVERS:
+                results[name].append(measure(args, servers[name], source.id, tokens, round_index))
+        print_report(args, servers, results, header)

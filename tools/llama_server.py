@@ -1,0 +1,94 @@
+"""llama.cpp's llama-server for tools/bench.py serve: found, or built once and cached.
+
+It is built from the llama.cpp that the llama-cpp-python source distribution vendors, at
+the version the `bench` extra names, so that the HTTP comparison runs the same llama.cpp as
+the engine benchmark's in-process one. The cache is per version: a new pin rebuilds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # as the `bench` extra in pyproject.toml
+CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF",
+                 "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
+
+
+def num_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cached_llama_server() -> Path:
+    """Where a built llama-server is kept: per llama-cpp-python version, so a new pin rebuilds."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "flint" / "llama-server" / LLAMA_CPP_PYTHON_VERSION / "llama-server"
+
+
+def find_llama_server(path: str | None) -> Path:
+    """The binary given, else the cached one, else one built now (about 10 minutes on 2 cores)."""
+    if path:
+        return Path(path)
+    binary = cached_llama_server()
+    if not binary.is_file():
+        print(f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} into {binary.parent} "
+              f"(once; about 10 minutes on 2 cores)", flush=True)
+        build_llama_server(binary)
+    return binary
+
+
+def build_commands(source: Path, cores: int) -> list[list[str]]:
+    """Configure and build the server target alone. Static, so the binary moves freely;
+    no curl or OpenSSL, so the build needs no development headers."""
+    return [["cmake", "-S", str(source), "-B", str(source / "build"), "-G", "Ninja", *CMAKE_OPTIONS],
+            ["cmake", "--build", str(source / "build"), "--target", "llama-server", "-j", str(cores)]]
+
+
+def build_llama_server(destination: Path) -> None:
+    """Download the sdist through pip (the ordinary registry client), build, install."""
+    with tempfile.TemporaryDirectory(prefix="flint-llama-") as scratch:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", scratch], check=True)
+        archive = next(Path(scratch).glob("llama_cpp_python-*.tar.gz"))
+        with tarfile.open(archive) as tar:
+            tar.extractall(scratch, filter="data")
+        source = next(Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        for command in build_commands(source, num_cores()):
+            subprocess.run(command, check=True)
+        install_llama_server(source / "build" / "bin" / "llama-server", destination)
+
+
+def install_llama_server(built: Path, destination: Path) -> None:
+    """Copy the binary, and any shared libraries it takes from its build directory (a build
+    configured with shared libraries), into the cache. Renamed into place last, so an
+    interrupted install leaves no binary that looks complete."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    for library in build_libraries(built):
+        shutil.copy2(library, destination.parent / library.name)
+    partial = destination.with_name(destination.name + ".partial")
+    shutil.copy2(built, partial)
+    partial.rename(destination)
+
+
+def build_libraries(binary: Path) -> list[Path]:
+    """The shared libraries `ldd` resolves inside the binary's own directory."""
+    listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    found = [line.split("=>")[1].split("(")[0].strip() for line in listing.splitlines() if "=>" in line]
+    return [Path(path) for path in found if path and Path(path).resolve().parent == binary.resolve().parent]
+
+
+def llama_server_env(binary: Path) -> dict[str, str]:
+    """The environment to run it in: the libraries of a shared build lie beside it."""
+    return {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
+
+
+def llama_server_version(binary: Path) -> str:
+    """Its `--version` line, e.g. "version: 8185 (1b2d3c4)"."""
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, env=llama_server_env(binary))
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("version")]
+    return lines[0] if lines else "version unknown"
