@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dataclasses
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from engine.sampling.arrays import SamplingArrays, empty_sampling_arrays
@@ -26,6 +29,7 @@ class BatchInputs:
     next_token_ids: jax.Array  # [tokens] int32, the prompt token that follows; -1: no prompt logprob wanted
     block_tables: jax.Array  # [seqs, pages_per_seq] int32, 0 (the null page) past the end
     logits_indices: jax.Array  # [seqs] int32, the token whose logits each row samples from
+    dense_rows: jax.Array  # [max_prefill_rows] int32, rows of several tokens when tokens > seqs; -1: none
     sampling: SamplingArrays  # one row of sampling parameters per sequence
 
     @property
@@ -34,7 +38,7 @@ class BatchInputs:
 
 
 def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: int,
-                history: int) -> BatchInputs:
+                history: int, max_prefill_rows: int = 1) -> BatchInputs:
     """An all-padding batch of the given bucket (also the template for compiling it).
 
     `history` is the width of the token history the penalties read (max_model_len)."""
@@ -43,6 +47,31 @@ def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: 
         token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
         slot_mapping=tokens.copy(), context_lens=tokens.copy(), next_token_ids=np.full(num_tokens, -1, np.int32),
         block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
-        logits_indices=np.zeros(num_seqs, np.int32),
+        logits_indices=np.zeros(num_seqs, np.int32), dense_rows=np.full(max_prefill_rows, -1, np.int32),
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
+    )
+
+
+def advance_decode(batch: BatchInputs, tokens, mirostat_mu, page_size: int) -> BatchInputs:
+    """The next decode step's inputs, on the device: each row's one token is the one it just
+    sampled, one position further, written to the slot its block table gives.
+
+    Valid when every real token is its row's only one (token i of row i), as in a step of
+    decodes; padding stays padding. The penalties' history gains the sampled token at its
+    position (the history holds a sequence's every token, max_model_len wide)."""
+    real = batch.token_rows >= 0
+    rows = jnp.maximum(batch.token_rows, 0)
+    positions = jnp.where(real, batch.positions + 1, 0)
+    pages = jnp.take_along_axis(batch.block_tables[rows], (positions // page_size)[:, None], axis=1, mode="clip")[:, 0]
+    sampling = batch.sampling
+    history_ids = sampling.history_ids.at[jnp.arange(tokens.shape[0]), sampling.positions].set(tokens, mode="drop")
+    return dataclasses.replace(
+        batch,
+        token_ids=jnp.where(real, tokens[rows], 0),
+        positions=positions,
+        slot_mapping=jnp.where(real, pages * page_size + positions % page_size, 0),
+        context_lens=jnp.where(real, batch.context_lens + 1, 0),
+        next_token_ids=jnp.full_like(batch.next_token_ids, -1),
+        sampling=dataclasses.replace(sampling, positions=sampling.positions + 1, mirostat_mu=mirostat_mu,
+                                     history_ids=history_ids),
     )

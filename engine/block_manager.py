@@ -112,6 +112,10 @@ class BlockManager:
         capacity = (len(seq.block_table) + self.num_free_pages) * self.page_size
         return capacity - seq.num_computed_tokens
 
+    def num_missing_pages(self, seqs: list[Sequence], num_new_tokens: int) -> int:
+        """Free pages that `num_new_tokens` more tokens of each of `seqs` would take."""
+        return sum(self._num_missing_pages(seq, num_new_tokens) for seq in seqs)
+
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Whether the free pool can cover `num_new_tokens` more tokens of `seq`."""
         return self._num_missing_pages(seq, num_new_tokens) <= self.num_free_pages

@@ -82,6 +82,8 @@ class EngineConfig:
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     enable_prefix_caching: bool = True
+    max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention.py)
+    max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
     seed: int = 0  # seeds the random seeds of unseeded requests
 
     def __post_init__(self) -> None:
@@ -90,6 +92,8 @@ class EngineConfig:
             object.__setattr__(self, "token_buckets", buckets)
         if self.token_buckets[-1] < self.max_num_batched_tokens:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
+        if self.max_prefill_rows < 1 or self.max_decode_steps < 1:
+            raise ValueError("max_prefill_rows and max_decode_steps must be at least 1")
         if self.max_num_seqs > self.max_num_batched_tokens:
             raise ValueError("max_num_seqs must not exceed max_num_batched_tokens")
         if self.max_pages_per_seq > self.num_pages - 1:

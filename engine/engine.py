@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.decode_window import merge_outputs, reserve_window, window_round, window_steps
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage
 from engine.request import SEED_MODULUS, Request, RequestOutput
@@ -110,12 +111,21 @@ class Engine:
                            kv_cache_usage=self.block_manager.usage)
 
     def step(self) -> list[RequestOutput]:
-        """Run one batch; returns an output for every request that gained tokens or finished."""
+        """Run one batch (a window of decode steps when every row decodes, see
+        engine/decode_window.py); returns an output for every request that gained tokens or
+        finished."""
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
             return []
-        step = self.runner.execute(self.plan(scheduled))
-        outputs = self.output.process(scheduled, step)
+        num_steps = window_steps(scheduled, self.config.max_decode_steps, self.config.max_model_len)
+        if num_steps > 1 and not reserve_window(self.block_manager, scheduled, num_steps):
+            num_steps = 1
+        steps = self.runner.execute(self.plan(scheduled), num_steps)
+        if num_steps == 1:
+            outputs = self.output.process(scheduled, steps[0])
+        else:
+            outputs = merge_outputs([output for index, step in enumerate(steps)
+                                     for output in self.output.process(window_round(scheduled, index), step)])
         for output in outputs:
             if output.finished:
                 self._sequences.pop(output.request_id, None)

@@ -3,6 +3,13 @@
 Every token bucket is compiled ahead of time at start-up (`warmup`), and a step only ever
 calls one of those executables: a shape that was not compiled is an error, not a silent
 recompile in the middle of serving.
+
+One call can run several decode steps (`num_steps`, a runtime value, so it costs no extra
+executable): the compiled step is a loop of forward and sample whose next input is the
+token just sampled, kept on the device (engine/batch.py `advance_decode`). The engine asks
+for it when every row of the step is a plain decode; a one-stream decode then pays the
+host's share of a step (scheduling, packing, dispatch, copies, detokenization and the
+HTTP stream's wake-up) once per window instead of once per token.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.batch import BatchInputs, empty_batch
+from engine.batch import BatchInputs, advance_decode, empty_batch
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
@@ -44,12 +51,24 @@ class RowPlan:
 
 @dataclass
 class StepOutput:
-    """Host copies of a step's results, one row per RowPlan."""
+    """Host copies of one step's results, one row per RowPlan."""
 
     tokens: np.ndarray  # [rows] int32, -1 where nothing was sampled
-    logprobs: TokenLogprobs  # NumPy arrays [rows, ...]
+    logprobs: TokenLogprobs | None  # NumPy arrays [rows, ...]; None when no row asked
     mirostat_mu: np.ndarray  # [rows] float32
     prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
+
+
+def token_spans(rows: list[RowPlan]) -> list[slice]:
+    """Where each row's tokens lie in the batch, in row order: every single-token row first,
+    then the rows of several tokens (so that the first `rows` tokens hold every decode)."""
+    order = sorted(range(len(rows)), key=lambda index: len(rows[index].token_ids) > 1)
+    spans: list[slice] = [slice(0)] * len(rows)
+    cursor = 0
+    for index in order:
+        spans[index] = slice(cursor, cursor + len(rows[index].token_ids))
+        cursor = spans[index].stop
+    return spans
 
 
 class ModelRunner:
@@ -68,18 +87,35 @@ class ModelRunner:
         self._compiled: dict[int, Callable] = {}
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
 
-    def _forward_and_sample(self, state, kv_cache, batch: BatchInputs):
+    def _forward_and_sample(self, state, kv_cache, batch: BatchInputs, num_steps):
+        """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.
+
+        Returns each round's SampleResult stacked on a leading [max_decode_steps] axis (rounds
+        past `num_steps` are zeros), the first round's prompt logprobs, and the cache."""
         model = nnx.merge(self.graphdef, state)
-        hidden, kv_cache = model.hidden_states(kv_cache, batch)
-        result = sample(model.logits(hidden[batch.logits_indices]), batch.sampling)
-        # Logits of every token only when some row asked for prompt logprobs.
         num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
-        wanted = batch.next_token_ids >= 0
-        prompt = jax.lax.cond(
-            jnp.any(wanted),
-            lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
-            lambda: empty_prompt_logprobs(hidden.shape[0], num_top))
-        return (result, prompt), kv_cache
+        page_size = kv_cache.page_size
+
+        def round_(index, carry):
+            kv_cache, batch, results, prompt = carry
+            hidden, kv_cache = model.hidden_states(kv_cache, batch)
+            result = sample(model.logits(hidden[batch.logits_indices]), batch.sampling)
+            # Logits of every token only when some row asked for prompt logprobs (never
+            # after the first round: advance_decode clears next_token_ids).
+            wanted = batch.next_token_ids >= 0
+            prompt = jax.lax.cond(
+                jnp.any(wanted),
+                lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+                lambda: prompt)
+            results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)
+            return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu, page_size), results, prompt
+
+        rows = batch.logits_indices.shape[0]
+        one = jax.eval_shape(lambda: sample(jnp.zeros((rows, self.model_config.vocab_size)), batch.sampling))
+        results = jax.tree_util.tree_map(lambda a: jnp.zeros((self.config.max_decode_steps, *a.shape), a.dtype), one)
+        prompt = empty_prompt_logprobs(batch.num_tokens, num_top)
+        kv_cache, _, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
+        return (results, prompt), kv_cache
 
     def warmup(self, report: Callable[[str], None] | None = None) -> float:
         """Compile every token bucket now; returns the seconds it took."""
@@ -97,25 +133,38 @@ class ModelRunner:
             template = self._empty_batch(bucket)
             sharding = replicated(self.mesh)
             shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), template)
-            self._compiled[bucket] = self._step.lower(self.state, self.kv_cache, shapes).compile()
+            num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
+            self._compiled[bucket] = self._step.lower(self.state, self.kv_cache, shapes, num_steps).compile()
         return self._compiled[bucket]
 
     def _empty_batch(self, bucket: int) -> BatchInputs:
         return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
-                           self.model_config.vocab_size, self.config.max_model_len)
+                           self.model_config.vocab_size, self.config.max_model_len, self.config.max_prefill_rows)
 
-    def execute(self, rows: list[RowPlan]) -> StepOutput:
-        """Run one step: each row's sampled token (-1 where none was sampled), logprobs, state."""
+    def execute(self, rows: list[RowPlan], num_steps: int = 1) -> list[StepOutput]:
+        """Run `num_steps` steps (more than one only for rows that all decode one token, with
+        pages for `num_steps` tokens): each step's sampled tokens (-1 where none), logprobs
+        and state. Copies back logprobs only when a row asked for them."""
+        if not 1 <= num_steps <= self.config.max_decode_steps:
+            raise ValueError(f"num_steps must lie in [1, {self.config.max_decode_steps}]")
         batch = self.pack(rows)
         compiled = self._compiled.get(batch.num_tokens)
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
-        (result, prompt), self.kv_cache = compiled(self.state, self.kv_cache, device_batch)
-        result = jax.tree_util.tree_map(lambda a: np.asarray(a)[: len(rows)], jax.device_get(result))
-        tokens = np.where([row.sample for row in rows], result.tokens, -1)
-        return StepOutput(tokens=tokens, logprobs=result.logprobs, mirostat_mu=result.mirostat_mu,
-                          prompt_logprobs=self._prompt_rows(rows, batch, prompt))
+        (results, prompt), self.kv_cache = compiled(self.state, self.kv_cache, device_batch, np.int32(num_steps))
+        wants_logprobs = any(row.sampling is not None and row.sampling.params.logprobs is not None for row in rows)
+        wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None)
+        # Sliced on the host: slicing device arrays would compile a program per shape.
+        tokens, mirostat_mu, logprobs = jax.tree_util.tree_map(
+            lambda a: np.asarray(a)[:num_steps, : len(rows)], jax.device_get(wanted))
+        sampled = np.asarray([row.sample for row in rows])
+        prompt_rows = self._prompt_rows(rows, batch, prompt)
+        return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
+                           logprobs=None if logprobs is None else jax.tree_util.tree_map(lambda a: a[step], logprobs),
+                           mirostat_mu=mirostat_mu[step],
+                           prompt_logprobs=prompt_rows if step == 0 else [None] * len(rows))
+                for step in range(num_steps)]
 
     @staticmethod
     def _prompt_rows(rows: list[RowPlan], batch: BatchInputs, prompt) -> list[PromptLogprobs | None]:
@@ -123,25 +172,27 @@ class ModelRunner:
         if not (batch.next_token_ids >= 0).any():
             return [None] * len(rows)
         prompt = jax.device_get(prompt)
-        spans, cursor = [], 0
-        for row in rows:
-            span = slice(cursor, cursor + len(row.token_ids))
-            cursor = span.stop
-            wanted = row.next_token_ids is not None
-            spans.append(jax.tree_util.tree_map(lambda a: np.asarray(a)[span], prompt) if wanted else None)
-        return spans
+        return [jax.tree_util.tree_map(lambda a: np.asarray(a)[span], prompt) if row.next_token_ids is not None
+                else None for row, span in zip(rows, token_spans(rows))]
 
     def pack(self, rows: list[RowPlan]) -> BatchInputs:
-        """Host arrays for `rows`, padded up to the smallest bucket that holds them."""
+        """Host arrays for `rows`, padded up to the smallest bucket that holds them.
+
+        Tokens go in the order of `token_spans`; in a bucket of more tokens than rows, the
+        multi-token rows are the batch's dense rows (engine/attention.py)."""
         num_tokens = sum(len(row.token_ids) for row in rows)
         bucket = self.config.token_bucket(num_tokens)
         if len(rows) > self.config.seq_bucket(bucket):
             raise ValueError(f"{len(rows)} sequences exceed the {bucket}-token bucket's rows")
         batch = self._empty_batch(bucket)
-        cursor = 0
-        for index, row in enumerate(rows):
-            self._pack_row(batch, index, row, cursor)
-            cursor += len(row.token_ids)
+        if bucket > self.config.seq_bucket(bucket):
+            multi = [index for index, row in enumerate(rows) if len(row.token_ids) > 1]
+            if len(multi) > self.config.max_prefill_rows:
+                raise ValueError(f"{len(multi)} rows of several tokens exceed max_prefill_rows "
+                                 f"{self.config.max_prefill_rows}")
+            batch.dense_rows[: len(multi)] = multi
+        for index, (row, span) in enumerate(zip(rows, token_spans(rows))):
+            self._pack_row(batch, index, row, span.start)
         return batch
 
     def _pack_row(self, batch: BatchInputs, index: int, row: RowPlan, cursor: int) -> None:
@@ -167,10 +218,10 @@ class ModelRunner:
 
         For tests and prompt scoring: it runs through plain jit, outside the warmed-up buckets."""
         batch = self.pack(rows)
-        num_real = sum(len(row.token_ids) for row in rows)
         device_batch = jax.device_put(batch, replicated(self.mesh))
         logits, self.kv_cache = self._all_logits(self.state, self.kv_cache, device_batch)
-        return np.asarray(logits[:num_real], dtype=np.float32)
+        logits = np.asarray(logits, dtype=np.float32)
+        return np.concatenate([logits[span] for span in token_spans(rows)])
 
     def _logits_of_every_token(self, state, kv_cache, batch: BatchInputs):
         model = nnx.merge(self.graphdef, state)

@@ -3,8 +3,9 @@
 Each step the scheduler picks, for each scheduled sequence, `num_new_tokens` tokens starting
 at its `num_computed_tokens`. A sequence whose chunk reaches the end of its tokens samples
 one new token this step (a decode is a chunk of 1); a partial prefill chunk samples nothing.
-Prefill chunks and decodes share one step under two budgets: `max_num_batched_tokens`
-tokens and `max_num_seqs` running sequences.
+Prefill chunks and decodes share one step under three budgets: `max_num_batched_tokens`
+tokens, `max_num_seqs` running sequences, and `max_prefill_rows` rows of more than one
+token (each such row reads its cached pages once for all its tokens, engine/attention.py).
 
 Running sequences go first, in admission order. When one of them needs pages that are not
 free, the most recently admitted running sequence is preempted (its pages freed, back to
@@ -66,6 +67,7 @@ class Scheduler:
             raise ValueError("the block manager's page size differs from the engine's")
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_prefill_rows = config.max_prefill_rows
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order
@@ -153,7 +155,11 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
-            num_new = self._reserve(seq, min(seq.num_uncomputed_tokens, budget), output)
+            wanted = min(seq.num_uncomputed_tokens, budget)
+            if wanted > 1 and self._num_chunks(output) >= self.max_prefill_rows:
+                index += 1  # a prompt chunk waits for a step with room for one
+                continue
+            num_new = self._reserve(seq, wanted, output)
             if num_new == 0:  # seq itself was preempted; it was the last one running
                 break
             output.scheduled.append(self._chunk(seq, num_new))
@@ -194,6 +200,8 @@ class Scheduler:
         manager = self.block_manager
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if min(seq.num_uncomputed_tokens, budget) > 1 and self._num_chunks(output) >= self.max_prefill_rows:
+                break
             num_cached = manager.allocate(seq)
             num_new = min(seq.num_uncomputed_tokens, budget)
             if not manager.can_append(seq, num_new):
@@ -207,6 +215,11 @@ class Scheduler:
             self.running.append(seq)
             output.scheduled.append(self._chunk(seq, num_new))
             budget -= num_new
+
+    @staticmethod
+    def _num_chunks(output: SchedulerOutput) -> int:
+        """Rows of several tokens scheduled so far this step."""
+        return sum(item.num_new_tokens > 1 for item in output.scheduled)
 
     @staticmethod
     def _chunk(seq: Sequence, num_new: int) -> ScheduledSequence:

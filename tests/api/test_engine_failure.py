@@ -35,11 +35,11 @@ def failing(tiny_app_factory):
         runner = app.state.server.running_engine.engine.runner
         original, armed = runner.execute, threading.Event()
 
-        def execute(rows):
+        def execute(rows, num_steps=1):
             if armed.is_set():
                 raise InjectedFault("a device error in the middle of a step")
             time.sleep(0.05)  # slow steps: requests are still running when the fault comes
-            return original(rows)
+            return original(rows, num_steps)
 
         runner.execute = execute
         yield client, app.state.server, armed.set, failures

@@ -20,11 +20,11 @@ from engine import runner
 _original, _calls = runner.ModelRunner.execute, []
 
 
-def execute(self, rows):
+def execute(self, rows, num_steps=1):
     _calls.append(len(rows))
     if len(_calls) >= 3:
         raise RuntimeError("injected fault: a device error in the middle of a step")
-    return _original(self, rows)
+    return _original(self, rows, num_steps)
 
 
 runner.ModelRunner.execute = execute

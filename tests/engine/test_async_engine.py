@@ -102,11 +102,11 @@ def test_a_failing_step_ends_every_stream_and_reports_the_death(tiny_engine_fact
     fault = RuntimeError("injected fault")
     execute, calls = engine.runner.execute, []
 
-    def execute_failing_on_the_fourth_call(rows):
+    def execute_failing_on_the_fourth_call(rows, num_steps=1):
         calls.append(len(rows))
         if len(calls) == 4:
             raise fault
-        return execute(rows)
+        return execute(rows, num_steps)
 
     monkeypatch.setattr(engine.runner, "execute", execute_failing_on_the_fourth_call)
     deaths, died = [], threading.Event()

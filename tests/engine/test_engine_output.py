@@ -185,9 +185,9 @@ def test_the_end_token_set_is_built_once_per_sequence(engine, monkeypatch):
     given = []  # the end-token set each sampled row hands the sampler
     execute = engine.runner.execute
 
-    def spying_execute(rows):
+    def spying_execute(rows, num_steps=1):
         given.extend(row.sampling.end_token_ids for row in rows if row.sampling is not None)
-        return execute(rows)
+        return execute(rows, num_steps)
 
     monkeypatch.setattr(engine.runner, "execute", spying_execute)
     # min_tokens bans the stop tokens, so the request runs all six steps.
