@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from api.serve import add_serve_arguments, serve
+from api.serve import add_compilation_cache_arguments, add_serve_arguments, compilation_cache_from_args, serve
 
 
 MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
@@ -27,10 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
     generate.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                           help="compute dtype: float32 is fastest on CPU, bfloat16 on GPUs (default: %(default)s)")
+    add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
+                                              "else ~/.local/share/flint)")
     return parser
 
 
 def generate(args: argparse.Namespace) -> int:
+    from api.lifecycle import set_up_compilation_cache
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.request import Request, SamplingParams, StopCriteria
@@ -41,6 +44,7 @@ def generate(args: argparse.Namespace) -> int:
     # One sequence at a time: a small step budget keeps start-up compilation short.
     config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
                           num_pages=args.max_model_len // 16 + 2, dtype=args.dtype)
+    set_up_compilation_cache(compilation_cache_from_args(args))
     engine = Engine.from_model(args.model, config, report=progress)
     tokenizer = engine.tokenizer
     if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special

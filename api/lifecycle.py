@@ -10,14 +10,18 @@ it again. Tests pass an `engine_factory` that builds a small engine instead."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from api.settings import Settings
 from api.core.state import ServerState
 from engine.async_engine import AsyncEngine
+from engine.compile_cache import CompileCounter, no_compilation_cache, use_compilation_cache
 from engine.engine import Engine
 from engine.tokenizer import Tokenizer
 
@@ -28,8 +32,46 @@ Result = TypeVar("Result")
 
 
 def load_engine(settings: Settings) -> Engine:
-    """The engine for `settings.model` (the embedded model when None), compiled."""
-    return Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message))
+    """The engine for `settings.model` (the embedded model when None), compiled: its programs
+    loaded from `settings.compilation_cache` where they are there, and kept there."""
+    set_up_compilation_cache(settings.compilation_cache)
+    started = time.perf_counter()
+    with CompileCounter() as counts:
+        engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message))
+    log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
+    return engine
+
+
+def set_up_compilation_cache(directory: str | None) -> None:
+    """Use the cache in `directory` (None: none). One that cannot be used is worth a warning,
+    not a server that does not start: the programs are compiled instead."""
+    if directory is None:
+        no_compilation_cache()
+        return
+    try:
+        use_compilation_cache(directory)
+    except OSError as error:
+        log.warning("the compilation cache at %s cannot be used (%s): every program is compiled", directory, error)
+        no_compilation_cache()
+
+
+def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> None:
+    # Start-up compiles every step shape (engine/runner.py): a program made now is one it
+    # missed, and a request waited for it.
+    log.warning("program %s %s while serving (%.2f s)", name,
+                "loaded from the compilation cache" if from_cache else "compiled", seconds)
+
+
+def return_freed_memory() -> None:
+    """Free what loading left behind, and hand the C heap's free pages back to the system:
+    loading and compiling a model free hundreds of MB that glibc would otherwise keep,
+    counted in the server's resident memory."""
+    gc.collect()  # JAX also lets go of the host buffers of finished transfers then
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
 
 
 def longest_token_bytes(tokenizer: Tokenizer) -> int:
@@ -52,6 +94,7 @@ class EngineLifecycle:
         self._loading: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loader: threading.Thread | None = None
+        self._watch = CompileCounter(on_program=compiled_while_serving)
 
     async def start(self) -> None:
         # The store first: a database that cannot be reached stops start-up at once.
@@ -73,6 +116,7 @@ class EngineLifecycle:
             self._fail(error)
             return
         engine.start()
+        self._watch.__enter__()
         self.server.engine = engine
         if self.server.phase == "starting":  # not if shutdown began while compiling
             self.server.phase = "ok"
@@ -81,6 +125,7 @@ class EngineLifecycle:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""
         engine = self.factory(settings)
         self.server.max_token_bytes = longest_token_bytes(engine.tokenizer)
+        return_freed_memory()
         loop = self._loop
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
 
@@ -118,6 +163,7 @@ class EngineLifecycle:
         if self.server.engine is not None:
             await asyncio.to_thread(self.server.engine.stop)
             self.server.engine = None
+            self._watch.__exit__()
         await self.server.store.close()
 
 

@@ -5,7 +5,10 @@ connections and gives in-flight requests up to `--shutdown-timeout` seconds befo
 cancelling them; then the app's shutdown hook stops the engine and the process exits 0.
 A model that fails to load, or an engine that stops on an error while serving, ends the
 process with status 1, so that a supervisor starts it again. A port that cannot be bound
-ends it at once, before the model loads, with status 3 and a one-line message."""
+ends it at once, before the model loads, with status 3 and a one-line message.
+
+Compiled programs are kept in `--compilation-cache` (by default under `--data-dir`), so a
+restart loads them rather than compiling them again."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from api.settings import MIB, Settings
-from engine.config import EngineConfig
+from api.settings import MIB, Settings, default_compilation_cache, default_data_dir
+from engine.config import AUTO, QUANTIZATIONS, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.lifecycle import EngineLifecycle
@@ -55,21 +58,44 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "(default: %(default)s)")
     serve.add_argument("--num-pages", type=at_least(2), default=None,
                        help=f"KV-cache pages of {engine.page_size} tokens (default: room for --max-num-seqs "
-                            "sequences of a quarter of --max-model-len each, and for one full-length one)")
+                            "sequences of an eighth of --max-model-len each, and for one full-length one)")
     serve.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
                        help="compute dtype: float32 is fastest on CPU, bfloat16 on GPUs (default: %(default)s)")
+    serve.add_argument("--quantization", default=AUTO, choices=(AUTO, *QUANTIZATIONS),
+                       help="weights of the layers: int8 (a quarter of float32's bytes, widened as they are "
+                            "read) or none (the compute dtype); auto: int8 on CPU for GGUF files, none "
+                            "otherwise (default: %(default)s)")
     serve.add_argument("--no-prefix-caching", action="store_true",
                        help="do not reuse KV pages of shared prompt prefixes")
     serve.add_argument("--data-dir", default=server.data_dir,
                        help="where stored chat completions and responses are kept, in the SQLite file "
-                            "flint.db (default: $FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, else "
-                            "~/.local/share/flint; now %(default)s)")
+                            "flint.db, and compiled programs (default: $FLINT_DATA_DIR, else "
+                            "$XDG_DATA_HOME/flint, else ~/.local/share/flint; now %(default)s)")
+    add_compilation_cache_arguments(serve, "--data-dir")
     serve.add_argument("--store-url", default=os.environ.get("FLINT_STORE_URL") or None,
                        help="a database URL replacing the SQLite file, e.g. "
                             "postgresql+asyncpg://user:password@host:5432/flint (default: $FLINT_STORE_URL)")
     serve.add_argument("--allow-special-tokens-in-content", action="store_true",
                        help="parse special-token text inside chat message content as control tokens (by "
                             "default it is plain text, so no message can forge a role marker)")
+
+
+def add_compilation_cache_arguments(parser: argparse.ArgumentParser, data_dir: str) -> None:
+    parser.add_argument("--compilation-cache", metavar="DIR", default=None,
+                        help="keep compiled XLA programs in DIR, so that a restart loads them instead of "
+                             "compiling them again (default: $JAX_COMPILATION_CACHE_DIR, else "
+                             f"compilation-cache in {data_dir})")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="compile every program at start-up, and keep none")
+
+
+def compilation_cache_from_args(args: argparse.Namespace, data_dir: str | None = None) -> str | None:
+    """The compilation cache directory the flags name, or None when it is turned off."""
+    if args.no_compilation_cache:
+        return None
+    if args.compilation_cache is not None:
+        return args.compilation_cache or None  # --compilation-cache '' turns it off too
+    return default_compilation_cache(data_dir or default_data_dir())
 
 
 def at_least(minimum: int, kind: type = int):
@@ -82,11 +108,16 @@ def at_least(minimum: int, kind: type = int):
 
 
 def default_num_pages(max_model_len: int, max_num_seqs: int, page_size: int) -> int:
-    """Room for every sequence at a quarter of max_model_len (requests are rarely all full
-    length, and the scheduler preempts when pages run out), and always for one full-length
-    sequence; plus the null page."""
+    """Room for every sequence at an eighth of max_model_len, and always for one full-length
+    sequence; plus the null page.
+
+    At the defaults that is 64 sequences of 256 tokens (a chat turn's prompt and answer;
+    the engine benchmark's 128 + 128), 16,384 tokens and 755 MB of float32 cache for
+    SmolLM2, where a quarter held 1.5 GB, most of the server's memory, mostly unused.
+    Requests are rarely all long, and when pages run out the scheduler preempts the newest
+    sequence, to be recomputed later."""
     pages_per_seq = -(-max_model_len // page_size)
-    return max(pages_per_seq, max_num_seqs * pages_per_seq // 4) + 1
+    return max(pages_per_seq, max_num_seqs * pages_per_seq // 8) + 1
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -95,10 +126,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     num_pages = args.num_pages or default_num_pages(args.max_model_len, args.max_num_seqs, page_size)
     engine = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
-                          dtype=args.dtype, enable_prefix_caching=not args.no_prefix_caching)
+                          dtype=args.dtype, quantization=args.quantization,
+                          enable_prefix_caching=not args.no_prefix_caching)
     return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
                     max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,
+                    compilation_cache=compilation_cache_from_args(args, args.data_dir),
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from engine.config import EngineConfig
 
 MIB = 1024 * 1024
+# Settings.compilation_cache's default: computed from data_dir (see default_compilation_cache).
+_IN_DATA_DIR: Any = object()
 
 
 def default_data_dir() -> str:
@@ -16,6 +19,12 @@ def default_data_dir() -> str:
         return os.environ["FLINT_DATA_DIR"]
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "flint")
+
+
+def default_compilation_cache(data_dir: str) -> str:
+    """$JAX_COMPILATION_CACHE_DIR (JAX's own setting) where set, else compilation-cache in
+    `data_dir`."""
+    return os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(data_dir, "compilation-cache")
 
 
 @dataclass(frozen=True)
@@ -35,13 +44,21 @@ class Settings:
     shutdown_timeout: float = 30.0
     # Larger request bodies get a 413 (a 128K-token prompt as JSON ids is about 1 MiB).
     max_body_bytes: int = 16 * MIB
-    # Where the server keeps its state: the SQLite store (flint.db) unless store_url is set.
+    # Where the server keeps its state: the SQLite store (flint.db) unless store_url is set,
+    # and the compilation cache.
     data_dir: str = field(default_factory=default_data_dir)
+    # Where compiled XLA programs are kept, so that a restart loads them instead of compiling
+    # (engine/compile_cache.py); None: nowhere. Default: default_compilation_cache(data_dir).
+    compilation_cache: str | None = _IN_DATA_DIR
     # A SQLAlchemy async URL (postgresql+asyncpg://user:password@host/db) replacing the SQLite file.
     store_url: str | None = None
     # Parse special-token strings inside message content as control tokens (the old
     # behaviour); by default they are plain text, so no message can forge a role marker.
     allow_special_tokens_in_content: bool = False
+
+    def __post_init__(self) -> None:
+        if self.compilation_cache is _IN_DATA_DIR:
+            object.__setattr__(self, "compilation_cache", default_compilation_cache(self.data_dir))
 
     def served(self, context_length: int | None) -> Settings:
         """These settings with max_model_len capped at the model's context length (positions

@@ -10,6 +10,10 @@ import math
 from dataclasses import dataclass
 
 
+QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
+AUTO = "auto"  # int8 on CPU for GGUF checkpoints, none otherwise (engine/weights.py)
+
+
 @dataclass(frozen=True)
 class RopeScaling:
     """Llama-3 style frequency-dependent RoPE scaling (rope_type "llama3")."""

@@ -24,10 +24,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.config import ModelConfig
+from engine.config import AUTO, QUANTIZATIONS, ModelConfig
 
-QUANTIZATIONS = ("none", "int8")
-AUTO = "auto"  # int8 on CPU for GGUF checkpoints, none otherwise (`resolve_quantization`)
 
 # Served name -> the checkpoint names it concatenates (along the output rows), in order.
 FUSED = {

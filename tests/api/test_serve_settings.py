@@ -21,7 +21,7 @@ def test_defaults(monkeypatch):
     assert settings.api_key is None and settings.max_waiting == 256
     assert settings.shutdown_timeout == 30 and settings.max_body_bytes == 16 * MIB
     assert settings.engine == EngineConfig(num_pages=default_num_pages(engine.max_model_len, engine.max_num_seqs,
-                                                                       engine.page_size))
+                                                                       engine.page_size), quantization="auto")
 
 
 def test_every_flag_reaches_the_settings(monkeypatch):
@@ -29,12 +29,13 @@ def test_every_flag_reaches_the_settings(monkeypatch):
     settings = parse("--model", "m.gguf", "--host", "0.0.0.0", "--port", "9000", "--api-key", "k",
                      "--max-waiting", "3", "--shutdown-timeout", "2.5", "--max-body-bytes", "1000",
                      "--max-model-len", "512", "--max-num-seqs", "4", "--max-num-batched-tokens", "32",
-                     "--num-pages", "100", "--dtype", "bfloat16", "--no-prefix-caching",
+                     "--num-pages", "100", "--dtype", "bfloat16", "--quantization", "int8", "--no-prefix-caching",
                      "--allow-special-tokens-in-content")
     assert settings == Settings(
         host="0.0.0.0", port=9000, model="m.gguf", api_key="k", max_waiting=3, shutdown_timeout=2.5,
         max_body_bytes=1000, allow_special_tokens_in_content=True, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
-                                                 num_pages=100, dtype="bfloat16", enable_prefix_caching=False))
+                                                 num_pages=100, dtype="bfloat16", quantization="int8",
+                                                 enable_prefix_caching=False))
 
 
 def test_the_api_key_comes_from_the_environment(monkeypatch):
@@ -43,8 +44,8 @@ def test_the_api_key_comes_from_the_environment(monkeypatch):
     assert parse("--api-key", "from-flag").api_key == "from-flag"
 
 
-def test_default_num_pages_fit_a_quarter_of_every_sequence_and_one_whole():
-    assert default_num_pages(2048, 64, 16) == 64 * 128 // 4 + 1
+def test_default_num_pages_fit_an_eighth_of_every_sequence_and_one_whole():
+    assert default_num_pages(2048, 64, 16) == 64 * 128 // 8 + 1
     assert default_num_pages(256, 1, 16) == 16 + 1  # one full-length sequence at least
     EngineConfig(max_model_len=2048, max_num_seqs=1, max_num_batched_tokens=8,
                  num_pages=default_num_pages(2048, 1, 16))  # valid: EngineConfig checks the fit

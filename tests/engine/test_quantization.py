@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
 from engine.config import EngineConfig, ModelConfig
 from engine.params import random_params
 from engine.runner import ModelRunner, RowPlan
-from engine.weights import Int8Weight, dequantize, quantize_int8
+from engine.weights import Int8Weight, dequantize, quantize_int8, resolve_quantization
 from numpy_reference import forward
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -39,6 +40,13 @@ evening for thirty years, and wrote a short line in his logbook about the colour
 town was silent except for the sound of the sea, which never stopped, and the occasional bark of a dog
 somewhere up the hill. People said that you could tell the season by the way the water sounded against
 the harbour wall: sharp and restless in winter, slow and heavy in the long days of summer."""
+
+
+def test_auto_is_int8_for_gguf_files_on_cpu_and_none_otherwise():
+    assert jax.default_backend() == "cpu"
+    assert resolve_quantization("auto", "gguf") == "int8"
+    assert resolve_quantization("auto", "hf") == resolve_quantization("auto", "orbax") == "none"
+    assert resolve_quantization("none", "gguf") == "none" and resolve_quantization("int8", "hf") == "int8"
 
 
 def relative_error(actual, expected):
