@@ -37,9 +37,20 @@ def load_engine(settings: Settings) -> Engine:
     set_up_compilation_cache(settings.compilation_cache)
     started = time.perf_counter()
     with CompileCounter() as counts:
-        engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message))
+        engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message),
+                                   compile_all=False)
     log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
     return engine
+
+
+def compile_remaining(engine: Engine) -> None:
+    """(In the background compile thread.) The buckets start-up left, while the engine serves."""
+    with CompileCounter() as counts:
+        seconds = engine.compile_remaining(report=lambda message: log.info("background: %s", message))
+    log.info("every bucket ready after %.1f s more: %s", seconds, counts.describe())
+
+
+BACKGROUND_COMPILE_THREAD = "flint-compile"
 
 
 def set_up_compilation_cache(directory: str | None) -> None:
@@ -56,8 +67,11 @@ def set_up_compilation_cache(directory: str | None) -> None:
 
 
 def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> None:
-    # Start-up compiles every step shape (engine/runner.py): a program made now is one it
-    # missed, and a request waited for it.
+    # Start-up compiles every step shape (engine/runner.py), the essential ones before the
+    # server is healthy and the rest in the background thread: a program made by any other
+    # thread is one it missed, and a request waited for it.
+    if threading.current_thread().name == BACKGROUND_COMPILE_THREAD:
+        return
     log.warning("program %s %s while serving (%.2f s)", name,
                 "loaded from the compilation cache" if from_cache else "compiled", seconds)
 
@@ -117,9 +131,17 @@ class EngineLifecycle:
             return
         engine.start()
         self._watch.__enter__()
+        threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
+                         daemon=True).start()
         self.server.engine = engine
         if self.server.phase == "starting":  # not if shutdown began while compiling
             self.server.phase = "ok"
+
+    def _compile_remaining(self, engine: Engine) -> None:
+        try:
+            compile_remaining(engine)
+        except Exception:  # the engine serves on with the buckets it has, only slower
+            log.exception("compiling the remaining buckets failed")
 
     def _build(self, settings: Settings) -> AsyncEngine:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""

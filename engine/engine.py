@@ -55,15 +55,22 @@ class Engine:
 
     @classmethod
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
-                   report: Callable[[str], None] | None = None) -> Engine:
-        """Load a checkpoint (the embedded model when None), build the engine, compile every bucket."""
+                   report: Callable[[str], None] | None = None, compile_all: bool = True) -> Engine:
+        """Load a checkpoint (the embedded model when None), build the engine, compile every
+        bucket (or, with `compile_all` False, the essential ones: `compile_remaining` then
+        does the rest, while the engine already serves)."""
         config = config or EngineConfig()
         mesh = make_mesh(config)
         checkpoint = load_checkpoint(model, shardings=lambda c, p: param_shardings(c, mesh, p))
         engine = cls(checkpoint, tokenizer_for(checkpoint), config, mesh)
         checkpoint.params = None  # the runner holds the served weights; let the loaded ones go
-        engine.runner.warmup(report)
+        engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets())
         return engine
+
+    def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
+        """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from
+        another thread: a step uses a bucket once it is compiled); returns the seconds it took."""
+        return self.runner.warmup(report, self.runner.remaining_buckets())
 
     def add_request(self, request: Request) -> None:
         """Queue a request. Raises ValueError when it can never be served."""

@@ -83,6 +83,8 @@ class ModelRunner:
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         self.graphdef, self.state = nnx.split(Llama(model_config, weights))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
+        self._abstract_kv_cache = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,))
         self._compiled: dict[int, Callable] = {}
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
@@ -117,10 +119,10 @@ class ModelRunner:
         kv_cache, _, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
         return (results, prompt), kv_cache
 
-    def warmup(self, report: Callable[[str], None] | None = None) -> float:
-        """Compile every token bucket now; returns the seconds it took."""
+    def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None) -> float:
+        """Compile `buckets` (default: every token bucket) now; returns the seconds it took."""
         started = time.perf_counter()
-        buckets = self.config.token_buckets
+        buckets = self.config.token_buckets if buckets is None else buckets
         for index, bucket in enumerate(buckets, 1):
             self._compile(bucket)
             if report:
@@ -128,13 +130,35 @@ class ModelRunner:
                        f"({time.perf_counter() - started:.1f} s)")
         return time.perf_counter() - started
 
+    def essential_buckets(self) -> tuple[int, ...]:
+        """The buckets that serve every step: one token (a single stream's decode) and the
+        largest. Until the others are compiled a step runs in the smallest compiled bucket
+        that holds it, padded: correct, only slower."""
+        buckets = self.config.token_buckets
+        return tuple(dict.fromkeys((buckets[0], buckets[-1])))
+
+    def remaining_buckets(self) -> tuple[int, ...]:
+        return tuple(bucket for bucket in self.config.token_buckets if bucket not in self._compiled)
+
+    def bucket_for(self, num_tokens: int) -> int:
+        """The smallest compiled bucket holding `num_tokens` (the smallest bucket at all
+        before anything is compiled: tests and tools run uncompiled through plain jit)."""
+        compiled = [bucket for bucket in self.config.token_buckets if bucket in self._compiled]
+        for bucket in compiled or self.config.token_buckets:
+            if bucket >= num_tokens:
+                return bucket
+        raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.config.token_buckets[-1]}")
+
     def _compile(self, bucket: int) -> Callable:
+        """The step for `bucket`, compiled from shapes alone: it may run in a background
+        thread while steps run, and the cache arrays it would otherwise read are donated."""
         if bucket not in self._compiled:
-            template = self._empty_batch(bucket)
             sharding = replicated(self.mesh)
-            shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), template)
+            shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                                            self._empty_batch(bucket))
             num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
-            self._compiled[bucket] = self._step.lower(self.state, self.kv_cache, shapes, num_steps).compile()
+            lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
+            self._compiled[bucket] = lowered.compile()
         return self._compiled[bucket]
 
     def _empty_batch(self, bucket: int) -> BatchInputs:
@@ -181,7 +205,7 @@ class ModelRunner:
         Tokens go in the order of `token_spans`; in a bucket of more tokens than rows, the
         multi-token rows are the batch's dense rows (engine/attention.py)."""
         num_tokens = sum(len(row.token_ids) for row in rows)
-        bucket = self.config.token_bucket(num_tokens)
+        bucket = self.bucket_for(num_tokens)
         if len(rows) > self.config.seq_bucket(bucket):
             raise ValueError(f"{len(rows)} sequences exceed the {bucket}-token bucket's rows")
         batch = self._empty_batch(bucket)

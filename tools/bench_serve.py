@@ -1,6 +1,6 @@
 """Flint against llama.cpp's llama-server through HTTP, for tools/bench.py serve.
 
-Both servers run the same GGUF at once and take turns under the same closed-loop load:
+Both servers run the same GGUF, one at a time, and take turns under the same closed-loop load:
 N clients, each sending streamed /v1/completions requests one after another (random
 token-id prompts, temperature 0, EOS ignored), so that the figures measure the servers,
 HTTP and SSE included, and not the engines alone. The turns alternate (Flint, llama-server,
@@ -51,6 +51,7 @@ class Server:
     log: Path
     healthy_after: float = 0.0  # seconds from launch to /health 200
     rss_bytes: int = 0  # resident memory once healthy, child processes included
+    rss_after_load: int = 0  # the larger of that and the resident memory after the measured load
 
 
 def free_port() -> int:
@@ -115,11 +116,14 @@ def stop_server(server: Server) -> None:
             server.process.wait()
 
 
-def flint_command(args: argparse.Namespace, port: int, data_dir: str) -> list[str]:
-    """`flint serve` with as many sequences as llama-server has slots; --flint-args last, to override."""
+def flint_command(args: argparse.Namespace, port: int, data_dir: Path) -> list[str]:
+    """`flint serve` with as many sequences as llama-server has slots, its compilation cache
+    in the benchmark's scratch directory (cold at the first start, warm after); --flint-args
+    last, to override."""
     model = ["--model", args.model] if args.model else []
     return [str(Path(sys.executable).with_name("flint")), "serve", "--port", str(port), *model,
-            "--max-num-seqs", str(max(args.concurrency)), "--data-dir", data_dir, *shlex.split(args.flint_args)]
+            "--max-num-seqs", str(max(args.concurrency)), "--data-dir", str(data_dir),
+            "--compilation-cache", str(data_dir / "compilation-cache"), *shlex.split(args.flint_args)]
 
 
 def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path) -> list[str]:
@@ -133,17 +137,18 @@ def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path)
             *shlex.split(args.llama_args)]
 
 
-def start_servers(args: argparse.Namespace, binary: Path, stack: ExitStack, scratch: Path) -> dict[str, Server]:
-    """llama-server first: it is up in seconds, and Flint's compilation then has the machine."""
-    gguf = resolve_model(args.model).path
-    servers, llama_port, flint_port = {}, free_port(), free_port()
-    for name, command, port, env in (
-            ("llama-server", llama_command(args, binary, llama_port, gguf), llama_port, llama_server_env(binary)),
-            ("Flint", flint_command(args, flint_port, str(scratch)), flint_port, None)):
-        print(f"starting {name}: {shlex.join(command)}", flush=True)
-        servers[name] = start_server(name, command, port, scratch / f"{name}.log", stack, args.start_timeout, env)
-        print(f"  healthy after {servers[name].healthy_after:.1f} s", flush=True)
-    return servers
+def start_one(name: str, args: argparse.Namespace, binary: Path, stack: ExitStack, scratch: Path) -> Server:
+    """Start `name` alone: each server runs only for its own turn, so that neither ever
+    shares the machine with the other."""
+    port = free_port()
+    if name == "Flint":
+        command, env = flint_command(args, port, scratch), None
+    else:
+        command, env = llama_command(args, binary, port, resolve_model(args.model).path), llama_server_env(binary)
+    print(f"starting {name}: {shlex.join(command)}", flush=True)
+    server = start_server(name, command, port, scratch / f"{name}.log", stack, args.start_timeout, env)
+    print(f"  healthy after {server.healthy_after:.1f} s", flush=True)
+    return server
 
 
 # The load.
@@ -248,7 +253,8 @@ def best(turns: list[dict], concurrency: int) -> tuple[float, float, float]:
             min(statistics.median(r.ttfts) for r in runs))
 
 
-def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]], header: str) -> None:
+def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]], header: str,
+                 cold_start: float) -> None:
     """A Markdown table, ready for BENCHMARKS.md."""
     from bench import cpu_name
 
@@ -266,8 +272,11 @@ def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]
     print(f"\n| | Flint | llama-server |\n| --- | --- | --- |\n"
           f"| TTFT, {args.ttft_prompt_tokens}-token prompt | {flint:.2f} s | {llama:.2f} s |")
     flint, llama = (servers[n] for n in SERVERS)
-    print(f"| healthy after | {flint.healthy_after:.1f} s | {llama.healthy_after:.1f} s |\n"
-          f"| resident memory after load | {flint.rss_bytes / 2**20:.0f} MiB | {llama.rss_bytes / 2**20:.0f} MiB |")
+    print(f"| healthy after, cold (empty compilation cache) | {cold_start:.1f} s | |\n"
+          f"| healthy after, warm (last round) | {flint.healthy_after:.1f} s | {llama.healthy_after:.1f} s |\n"
+          f"| resident memory once healthy | {flint.rss_bytes / 2**20:.0f} MiB | {llama.rss_bytes / 2**20:.0f} MiB |\n"
+          f"| resident memory after the load | {flint.rss_after_load / 2**20:.0f} MiB "
+          f"| {llama.rss_after_load / 2**20:.0f} MiB |")
 
 
 def run_serve_benchmark(args: argparse.Namespace) -> None:
@@ -283,12 +292,20 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
     header = (f"model: {source.path.name}; llama-server {llama_server_version(binary)} (llama-cpp-python "
               f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, {max(args.concurrency)} slots; "
               f"load average {os.getloadavg()[0]:.1f} before the servers started")
-    with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch, ExitStack() as stack:
-        servers = start_servers(args, binary, stack, Path(scratch))
-        for server in servers.values():
-            warm_up(server, source.id, tokens)
+    with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch:
+        with ExitStack() as stack:  # Flint's first start compiles everything: the cold start
+            cold_start = start_one("Flint", args, binary, stack, Path(scratch)).healthy_after
         results: dict[str, list[dict]] = {name: [] for name in SERVERS}
+        servers: dict[str, Server] = {}
         for round_index in range(args.rounds):
             for name in SERVERS:
-                results[name].append(measure(args, servers[name], source.id, tokens, round_index))
-        print_report(args, servers, results, header)
+                with ExitStack() as stack:
+                    server = servers[name] = start_one(name, args, binary, stack, Path(scratch))
+                    warm_up(server, source.id, tokens)
+                    try:
+                        results[name].append(measure(args, server, source.id, tokens, round_index))
+                    except Exception:
+                        print(f"{name} failed; the end of its log:\n{log_tail(server.log, 40)}", flush=True)
+                        raise
+                    server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+        print_report(args, servers, results, header, cold_start)

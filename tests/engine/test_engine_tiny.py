@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
+from engine.engine import Engine
 from engine.request import Request, SamplingParams, StopCriteria
+from tiny_models import tiny_checkpoint
 
 ROOMY = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=2400)
 # 32 requests of up to ~60 tokens need ~500 pages at once; 80 force preemption and recompute.
@@ -67,6 +69,31 @@ def test_serving_after_warmup_never_compiles(roomy):
         assert compiles
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_with_only_its_essential_buckets_the_engine_serves_the_same_tokens_without_compiling(
+        roomy, smollm2_tokenizer):
+    """What `flint serve` is healthy with: one token and the largest bucket; the rest later."""
+    engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, ROOMY)
+    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    assert engine.runner.remaining_buckets() == ROOMY.token_buckets[1:-1]
+    assert engine.runner.bucket_for(3) == ROOMY.token_buckets[-1] and engine.runner.bucket_for(1) == 1
+    compiles = []
+
+    def listen(event: str, duration: float, **_) -> None:
+        if "compile" in event:
+            compiles.append(event)
+
+    requests = workload(roomy.model_config.vocab_size, count=12, seed=2)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        produced = engine.generate(requests)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []
+    assert produced == roomy.generate(requests)
+    engine.compile_remaining()
+    assert engine.runner.remaining_buckets() == () and engine.runner.bucket_for(3) == 4
 
 
 def test_seeded_sampling_is_independent_of_the_batch(roomy):
