@@ -207,7 +207,9 @@ async def closed_loop(url: str, bodies: list[list[dict]]) -> Run:
     async def client_loop(client: httpx.AsyncClient, own: list[dict]) -> list[Reply]:
         return [await stream_completion(client, body) for body in own]
 
-    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    # A connection per request: llama-server closes idle keep-alive connections, and a
+    # request sent down one it has just closed fails ("Server disconnected").
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(900.0), limits=limits) as client:
         started = time.perf_counter()
         replies = [r for own in await asyncio.gather(*(client_loop(client, own) for own in bodies)) for r in own]
