@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -127,25 +128,27 @@ def flint_command(args: argparse.Namespace, port: int, data_dir: Path) -> list[s
             "--compilation-cache", str(data_dir / "compilation-cache"), *shlex.split(args.flint_args)]
 
 
-def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path) -> list[str]:
-    """One slot per client at the largest concurrency, over one unified KV cache holding every
-    slot at prompt + output tokens (and the long TTFT prompt alone), as Flint's paged cache does."""
-    slots = max(args.concurrency)
-    context = max(slots * (args.prompt_tokens + args.output_tokens + 1), args.ttft_prompt_tokens + 2)
-    context = -(-context // 256) * 256
+def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path, slots: int) -> list[str]:
+    """llama-server as its own docs run it for N concurrent clients (`-np N --cont-batching`):
+    one slot per client, each with room for the longest request it will get. A unified
+    cache sized for the largest concurrency made llama-server's decode slower at every
+    concurrency (its attention reads the whole cache), so each concurrency gets its own."""
+    per_slot = max(args.prompt_tokens + args.output_tokens + 1, args.ttft_prompt_tokens + 2 if slots == 1 else 0)
+    context = -(-slots * per_slot // 256) * 256
     return [str(binary), "-m", str(gguf), "-t", str(num_cores()), "-np", str(slots), "--cont-batching",
-            "--kv-unified", "-c", str(context), "--host", "127.0.0.1", "--port", str(port),
-            *shlex.split(args.llama_args)]
+            "-c", str(context), "--host", "127.0.0.1", "--port", str(port), *shlex.split(args.llama_args)]
 
 
-def start_one(name: str, args: argparse.Namespace, binary: Path, stack: ExitStack, scratch: Path) -> Server:
+def start_one(name: str, args: argparse.Namespace, binary: Path, stack: ExitStack, scratch: Path,
+              slots: int = 1) -> Server:
     """Start `name` alone: each server runs only for its own turn, so that neither ever
-    shares the machine with the other."""
+    shares the machine with the other (llama-server with `slots` slots)."""
     port = free_port()
     if name == "Flint":
         command, env = flint_command(args, port, scratch), None
     else:
-        command, env = llama_command(args, binary, port, resolve_model(args.model).path), llama_server_env(binary)
+        gguf = resolve_model(args.model).path
+        command, env = llama_command(args, binary, port, gguf, slots), llama_server_env(binary)
     print(f"starting {name}: {shlex.join(command)}", flush=True)
     server = start_server(name, command, port, scratch / f"{name}.log", stack, args.start_timeout, env)
     print(f"  healthy after {server.healthy_after:.1f} s", flush=True)
@@ -240,19 +243,59 @@ def load_bodies(args, model_id: str, tokens: np.ndarray, round_index: int, concu
     return [[completion_body(model_id, p.tolist(), args.output_tokens) for p in own] for own in ids]
 
 
-def measure(args, server: Server, model_id: str, tokens: np.ndarray, round_index: int) -> dict:
-    """Every figure of one turn: a Run per concurrency, and the long prompt's TTFT."""
-    figures = {}
-    for concurrency in args.concurrency:
-        run = asyncio.run(closed_loop(server.url, load_bodies(args, model_id, tokens, round_index, concurrency)))
-        print(f"  round {round_index + 1}, {server.name}, {concurrency} clients: {run.tokens_per_second:.1f} tok/s, "
-              f"TTFT median {statistics.median(run.ttfts):.2f} s", flush=True)
-        figures[concurrency] = run
-        if set(run.tokens) != {args.output_tokens}:  # a figure over fewer tokens would flatter its server
-            print(f"  warning: {server.name} answered {sorted(set(run.tokens))} tokens, not {args.output_tokens}")
+def measure_load(args, server: Server, model_id: str, tokens: np.ndarray, round_index: int, concurrency: int) -> Run:
+    run = asyncio.run(closed_loop(server.url, load_bodies(args, model_id, tokens, round_index, concurrency)))
+    print(f"  round {round_index + 1}, {server.name}, {concurrency} clients: {run.tokens_per_second:.1f} tok/s, "
+          f"TTFT median {statistics.median(run.ttfts):.2f} s", flush=True)
+    if set(run.tokens) != {args.output_tokens}:  # a figure over fewer tokens would flatter its server
+        print(f"  warning: {server.name} answered {sorted(set(run.tokens))} tokens, not {args.output_tokens}")
+    return run
+
+
+def measure_ttft(args, server: Server, model_id: str, tokens: np.ndarray, round_index: int) -> float:
+    """Time to first token of one long prompt, alone on the server."""
     long_prompt = prompts(tokens, [args.seed, round_index, 0], (args.ttft_prompt_tokens,)).tolist()
-    figures["ttft"] = asyncio.run(closed_loop(server.url, [[completion_body(model_id, long_prompt, 1)]])).ttfts[0]
-    return figures
+    return asyncio.run(closed_loop(server.url, [[completion_body(model_id, long_prompt, 1)]])).ttfts[0]
+
+
+def flint_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, round_index: int) -> tuple[dict, Server]:
+    """One Flint server (its default --max-num-seqs raised to the largest concurrency) for every load."""
+    with ExitStack() as stack:
+        server = start_one("Flint", args, binary, stack, scratch)
+        warm_up(server, source.id, tokens)
+        with failure_log(server):
+            figures = {n: measure_load(args, server, source.id, tokens, round_index, n) for n in args.concurrency}
+            figures["ttft"] = measure_ttft(args, server, source.id, tokens, round_index)
+        server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+    return figures, server
+
+
+def llama_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, round_index: int) -> tuple[dict, Server]:
+    """A llama-server per concurrency, with as many slots, and one with a single slot for the
+    long prompt. The server returned (for its start-up and memory) is the largest one."""
+    figures, largest = {}, None
+    for slots in args.concurrency:
+        with ExitStack() as stack:
+            server = start_one("llama-server", args, binary, stack, scratch, slots)
+            warm_up(server, source.id, tokens)
+            with failure_log(server):
+                figures[slots] = measure_load(args, server, source.id, tokens, round_index, slots)
+            server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+            largest = server if slots == max(args.concurrency) else largest
+    with ExitStack() as stack:
+        server = start_one("llama-server", args, binary, stack, scratch, 1)
+        with failure_log(server):
+            figures["ttft"] = measure_ttft(args, server, source.id, tokens, round_index)
+    return figures, largest
+
+
+@contextlib.contextmanager
+def failure_log(server: Server):
+    try:
+        yield
+    except Exception:
+        print(f"{server.name} failed; the end of its log:\n{log_tail(server.log, 40)}", flush=True)
+        raise
 
 
 def warm_up(server: Server, model_id: str, tokens: np.ndarray) -> None:
@@ -304,7 +347,7 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
     binary = find_llama_server(args.llama_server)
     # llama.cpp's threads spin: other work on the machine cuts its figures several times over.
     header = (f"model: {source.path.name}; llama-server {llama_server_version(binary)} (llama-cpp-python "
-              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, {max(args.concurrency)} slots; "
+              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, as many slots as clients; "
               f"load average {os.getloadavg()[0]:.1f} before the servers started")
     with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch:
         with ExitStack() as stack:  # Flint's first start compiles everything: the cold start
@@ -312,14 +355,7 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
         results: dict[str, list[dict]] = {name: [] for name in SERVERS}
         servers: dict[str, Server] = {}
         for round_index in range(args.rounds):
-            for name in SERVERS:
-                with ExitStack() as stack:
-                    server = servers[name] = start_one(name, args, binary, stack, Path(scratch))
-                    warm_up(server, source.id, tokens)
-                    try:
-                        results[name].append(measure(args, server, source.id, tokens, round_index))
-                    except Exception:
-                        print(f"{name} failed; the end of its log:\n{log_tail(server.log, 40)}", flush=True)
-                        raise
-                    server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+            for name, turn in (("Flint", flint_turn), ("llama-server", llama_turn)):
+                figures, servers[name] = turn(args, binary, Path(scratch), source, tokens, round_index)
+                results[name].append(figures)
         print_report(args, servers, results, header, cold_start)

@@ -1,0 +1,108 @@
+"""Where one engine step's time goes: a jax.profiler trace of the compiled step, summed by op.
+
+    python tools/profile_step.py --rows 1 --context 200
+    python tools/profile_step.py --rows 32 --context 256 --quantization none
+
+It builds the runner for the embedded model (or --model), packs `rows` decode rows at a
+context of `context` tokens, times the compiled one-token step (best of --repeats), then
+traces --traced more steps and prints the ops that took the most time per step. The op
+names are XLA's (a `while` is a loop: the attention's blocks, the layers' scan); the
+compiled HLO (`--hlo FILE`) says what each fusion holds. BENCHMARKS.md quotes its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def decode_rows(rows: int, context: int, page_size: int) -> list:
+    """`rows` greedy decode rows, each one token at position `context` over its own pages."""
+    from engine.runner import RowPlan
+    from engine.sampling.inputs import RowSampling
+    from engine.sampling.params import SamplingParams
+
+    pages = context // page_size + 1
+    sampling = RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=[1] * context,
+                           num_prompt_tokens=context, end_token_ids=frozenset())
+    return [RowPlan([5], context, list(range(1 + row * pages, 1 + (row + 1) * pages)), sampling)
+            for row in range(rows)]
+
+
+def op_times(trace_dir: str, steps: int) -> list[tuple[str, float, int]]:
+    """(op name, ms per step, calls per step) of every complete event in the trace."""
+    trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
+    events = json.load(gzip.open(trace))["traceEvents"]
+    total, calls = collections.Counter(), collections.Counter()
+    for event in events:
+        if event.get("ph") == "X":
+            total[event["name"]] += event["dur"]
+            calls[event["name"]] += 1
+    return [(name, micros / steps / 1e3, calls[name] // steps) for name, micros in total.most_common()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--rows", type=int, default=1)
+    parser.add_argument("--context", type=int, default=200)
+    parser.add_argument("--quantization", default="auto", choices=["auto", "none", "int8"])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--traced", type=int, default=5)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--hlo", default=None, help="write the compiled step's HLO here")
+    args = parser.parse_args()
+
+    import jax
+    import numpy as np
+
+    from engine.config import EngineConfig
+    from engine.loader.checkpoint import load_checkpoint
+    from engine.runner import ModelRunner
+    from engine.sharding import replicated
+    from engine.weights import resolve_quantization
+
+    checkpoint = load_checkpoint(args.model)
+    pages = args.rows * (args.context // 16 + 1) + 1
+    config = EngineConfig(max_model_len=max(2 * args.context, 256), max_num_seqs=max(args.rows, 1),
+                          max_num_batched_tokens=max(args.rows, 64), num_pages=max(pages, 64),
+                          quantization=resolve_quantization(args.quantization, checkpoint.source.format))
+    runner = ModelRunner(checkpoint.config, config, checkpoint.params)
+    batch = runner.pack(decode_rows(args.rows, args.context, config.page_size))
+    compiled = runner._compile(batch.num_tokens)
+    if args.hlo:
+        Path(args.hlo).write_text(compiled.as_text())
+    device_batch = jax.device_put(batch, replicated(runner.mesh))
+
+    def step():
+        results, runner.kv_cache = compiled(runner.state, runner.kv_cache, device_batch, np.int32(1))
+        jax.block_until_ready(results)
+
+    step()
+    times = []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    print(f"{checkpoint.source.id}, quantization {config.quantization}, {args.rows} decode rows at context "
+          f"{args.context} (bucket {batch.num_tokens}): best step {min(times) * 1e3:.2f} ms")
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir):
+            for _ in range(args.traced):
+                step()
+        ops = [op for op in op_times(trace_dir, args.traced) if not op[0].startswith(("$", "ThunkExecutor"))]
+    print("\n| op | ms per step | calls per step |\n| --- | --- | --- |")
+    for name, millis, calls in ops[: args.top]:
+        print(f"| {name[:60]} | {millis:.2f} | {calls} |")
+
+
+if __name__ == "__main__":
+    main()
