@@ -48,6 +48,7 @@ def compile_remaining(engine: Engine) -> None:
     with CompileCounter() as counts:
         seconds = engine.compile_remaining(report=lambda message: log.info("background: %s", message))
     log.info("every bucket ready after %.1f s more: %s", seconds, counts.describe())
+    return_freed_memory()  # compiling left as much behind as loading did
 
 
 BACKGROUND_COMPILE_THREAD = "flint-compile"
