@@ -131,7 +131,7 @@ class EngineLifecycle:
             self._fail(error)
             return
         engine.start()
-        self._watch.__enter__()
+        self._watch.start()
         threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
                          daemon=True).start()
         self.server.engine = engine
@@ -186,7 +186,7 @@ class EngineLifecycle:
         if self.server.engine is not None:
             await asyncio.to_thread(self.server.engine.stop)
             self.server.engine = None
-            self._watch.__exit__()
+            self._watch.stop()
         await self.server.store.close()
 
 

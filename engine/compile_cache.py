@@ -99,11 +99,18 @@ class CompileCounter:
         if self.on_program is not None:
             self.on_program(fun_name, duration, from_cache)
 
-    def __enter__(self) -> CompileCounter:
+    def start(self) -> CompileCounter:
+        """Count from now on (what `with` does), until `stop`."""
         jax.monitoring.register_event_listener(self._on_event)
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         return self
 
-    def __exit__(self, *_) -> None:
+    def stop(self) -> None:
         jax.monitoring.unregister_event_duration_listener(self._on_duration)
         jax.monitoring.unregister_event_listener(self._on_event)
+
+    def __enter__(self) -> CompileCounter:
+        return self.start()
+
+    def __exit__(self, *_) -> None:
+        self.stop()

@@ -36,7 +36,6 @@ def linear(x, weight):
     return x @ weight.T
 
 
-
 def materialized(x):
     """x, computed into a buffer of its own before a matrix-vector product reads it.
 
@@ -138,7 +137,6 @@ class Llama(nnx.Module):
     def hidden_states(self, kv_cache: KVCache, batch: BatchInputs) -> tuple[jax.Array, KVCache]:
         """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
         config = self.config
-        final_norm = self.final_norm[...]
         inv_freq = rope_inv_freq(config, param_value(self.rope_freq_factors))
         x = self.embed[...][batch.token_ids]
         pages = batch.slot_mapping // kv_cache.page_size
@@ -157,7 +155,7 @@ class Llama(nnx.Module):
 
         init = (x, kv_cache.k, kv_cache.v, jnp.int32(0))
         (x, k_cache, v_cache, _), _ = jax.lax.scan(layer, init, self.layers.stacked())
-        return rms_norm(x, final_norm, config.rms_norm_eps), KVCache(k=k_cache, v=v_cache)
+        return rms_norm(x, self.final_norm[...], config.rms_norm_eps), KVCache(k=k_cache, v=v_cache)
 
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]

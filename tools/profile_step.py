@@ -49,7 +49,7 @@ def op_times(trace_dir: str, steps: int) -> list[tuple[str, float, int]]:
     return [(name, micros / steps / 1e3, calls[name] // steps) for name, micros in total.most_common()]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None)
     parser.add_argument("--rows", type=int, default=1)
@@ -59,8 +59,11 @@ def main() -> None:
     parser.add_argument("--traced", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--hlo", default=None, help="write the compiled step's HLO here")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def compiled_step(args: argparse.Namespace):
+    """A function running one compiled one-token step of `args.rows` decode rows, and its label."""
     import jax
     import numpy as np
 
@@ -86,14 +89,27 @@ def main() -> None:
         results, runner.kv_cache = compiled(runner.state, runner.kv_cache, device_batch, np.int32(1))
         jax.block_until_ready(results)
 
-    step()
+    label = (f"{checkpoint.source.id}, quantization {config.quantization}, {args.rows} decode rows at context "
+             f"{args.context} (bucket {batch.num_tokens})")
+    return step, label
+
+
+def best_time(step, repeats: int) -> float:
+    step()  # the first call pays for first touches
     times = []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
-    print(f"{checkpoint.source.id}, quantization {config.quantization}, {args.rows} decode rows at context "
-          f"{args.context} (bucket {batch.num_tokens}): best step {min(times) * 1e3:.2f} ms")
+    return min(times)
+
+
+def main() -> None:
+    import jax
+
+    args = parse_args()
+    step, label = compiled_step(args)
+    print(f"{label}: best step {best_time(step, args.repeats) * 1e3:.2f} ms")
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir):
             for _ in range(args.traced):
