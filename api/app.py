@@ -9,10 +9,11 @@ from api.auth import api_key_guard
 from api.chat import route as chat
 from api.completions import route as completions
 from api.core.admission import require_serving
-from api.core.errors import OPENAI_ERRORS
+from api.core.errors import OPENAI_ERRORS, handlers_by_path
 from api.core.registry import Registry
 from api.lifecycle import EngineFactory, EngineLifecycle, load_engine
 from api.messages import route as messages
+from api.messages.errors import ANTHROPIC_ERRORS
 from api.responses import route as responses
 from api.routes import health, metrics, models
 from api.settings import Settings
@@ -28,6 +29,9 @@ API_HANDLERS = [models.list_models, models.retrieve_model, *tokens.HANDLERS, *co
 # Generated request models whose routes this server does not have yet, and why; once a
 # route serves one, its entry goes and its fields get a table (tests/api/test_field_registry.py).
 NOT_SERVED: dict[type, str] = {}
+# Paths whose every error takes a dialect's own shape, routed or not (an unknown path below
+# them, a method they do not serve); errors elsewhere take OpenAI's.
+ERROR_SHAPES = {prefix + messages.PATH: ANTHROPIC_ERRORS for prefix in API_PREFIXES}
 # Every route's field registry, for the checks that walk them all.
 REGISTRY = Registry.combined([completions.COMPLETIONS.registry, chat.CHAT.registry, responses.RESPONSES.registry,
                               messages.MESSAGES.registry, tokens.REGISTRY, Registry(not_served=NOT_SERVED)])
@@ -53,6 +57,6 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
         state=State({"server": server, "lifecycle": lifecycle}),
         on_startup=[lifecycle.start],
         on_shutdown=[lifecycle.stop],
-        exception_handlers=OPENAI_ERRORS.handlers(),
+        exception_handlers=handlers_by_path(OPENAI_ERRORS, ERROR_SHAPES),
         request_max_body_size=settings.max_body_bytes,
     )

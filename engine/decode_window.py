@@ -8,8 +8,8 @@ that stops inside the window finishes there, and its later tokens are discarded 
 KV slots they were written to (its pages are freed as it finishes).
 
 A row rules the window out when the host must see each token before the next is drawn:
-its allowed-token mask changes with the output (forced tokens, bad words, n-gram bans, or
-end tokens still banned by min_tokens).
+its allowed-token mask changes with the output (a grammar, forced tokens, bad words, n-gram
+bans, or end tokens still banned by min_tokens).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def window_steps(scheduled: SchedulerOutput, max_steps: int, max_model_len: int)
 def mask_is_fixed(seq: Sequence) -> bool:
     """Whether the row's allowed tokens stay as they are (all) for every step of a window."""
     params = seq.sampling
-    if params.bad_word_tokens or params.no_repeat_ngram_size:
+    if seq.matcher is not None or params.bad_word_tokens or params.no_repeat_ngram_size:
         return False
     if seq.num_output_tokens < len(params.forced_output_tokens):
         return False

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.grammar import GrammarCompiler, accepts_prefix
+from engine.grammar_masks import GrammarMasks
 from engine.decode_window import merge_outputs, reserve_window, window_round, window_steps
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage
@@ -50,6 +52,8 @@ class Engine:
         self.scheduler = Scheduler(config, self.block_manager)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids or checkpoint.config.eos_token_ids)
         self.output = OutputStage(tokenizer, self.scheduler, self.eos_token_ids, config.max_model_len)
+        self.grammars = GrammarCompiler(tokenizer, checkpoint.config.vocab_size, self.eos_token_ids)
+        self.masks = GrammarMasks(checkpoint.config.vocab_size)
         self._sequences: dict[str, Sequence] = {}  # unfinished sequences by request id
         self._seeds = random.Random(config.seed)
 
@@ -78,7 +82,11 @@ class Engine:
         if request.request_id in self._sequences:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_MODULUS)
-        seq = self.output.new_sequence(request, seed)
+        matcher = self.grammars.matcher(request.grammar) if request.grammar is not None else None
+        forced = list(request.sampling.forced_output_tokens)
+        if matcher is not None and forced and not accepts_prefix(matcher, forced):
+            raise ValueError("the forced output tokens do not follow the request's grammar")
+        seq = self.output.new_sequence(request, seed, matcher)
         self._sequences[request.request_id] = seq
         self.scheduler.add(seq)
 
@@ -98,6 +106,8 @@ class Engine:
             raise ValueError("max_tokens must be at least 1 (0 only with prompt logprobs)")
         if any(not string for string in request.stop.strings):
             raise ValueError("stop strings must not be empty")
+        if request.grammar is not None:
+            self.grammars.check(request.grammar)  # GrammarError, a ValueError, names what is wrong
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
@@ -136,6 +146,7 @@ class Engine:
         for output in outputs:
             if output.finished:
                 self._sequences.pop(output.request_id, None)
+        self.masks.start(self.scheduler.running)  # the grammars' next masks, while the host goes on
         return outputs
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
@@ -145,7 +156,7 @@ class Engine:
                 token_ids=item.seq.token_ids[item.start: item.start + item.num_new_tokens],
                 start=item.start,
                 block_table=item.seq.block_table,
-                sampling=row_sampling(item.seq) if item.needs_sample else None,
+                sampling=row_sampling(item.seq, self.masks) if item.needs_sample else None,
                 next_token_ids=next_prompt_ids(item.seq, item.start, item.num_new_tokens),
             )
             for item in scheduled.scheduled
@@ -162,12 +173,13 @@ class Engine:
         return generated
 
 
-def row_sampling(seq: Sequence) -> RowSampling:
+def row_sampling(seq: Sequence, masks: GrammarMasks) -> RowSampling:
     """What the sampler needs from `seq` for the token it samples this step."""
     return RowSampling(
         params=seq.sampling, seed=seq.seed, token_ids=seq.token_ids, num_prompt_tokens=seq.num_prompt_tokens,
         end_token_ids=seq.end_token_ids, min_tokens=seq.stop.min_tokens,
         min_total_tokens=seq.stop.min_total_tokens, mirostat_mu=seq.mirostat_mu,
+        grammar_words=masks.take(seq) if seq.matcher is not None else None,
     )
 
 

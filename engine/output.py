@@ -5,7 +5,11 @@ For each sampled token, in order (as vLLM checks them):
    the sequence; its text is never shown;
 2. a stop string completed by the token's text stops it; the output's text ends before
    the stop string, and nothing after it is ever emitted;
-3. the limits: max_tokens, and the engine's max_model_len.
+3. a grammar that is complete (its matcher takes no further token) stops it;
+4. the limits: max_tokens, and the engine's max_model_len.
+Every token kept is consumed by the sequence's grammar matcher first: the mask made it
+one the grammar allows, so a matcher that refuses it is a broken constraint, and the
+sequence is aborted rather than let its output go on unconstrained.
 A sequence that stops is finished through the scheduler in the same step, which frees its
 KV pages before the next schedule. Text that could still begin a stop string is held back
 and emitted as soon as it cannot, or when the sequence ends for another reason.
@@ -15,6 +19,7 @@ Host only: the step's arrays arrive as NumPy copies, read here element by elemen
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from engine.request import PromptTokenLogprob, Request, RequestOutput, TokenLogprob
@@ -24,8 +29,12 @@ from engine.stop_strings import StopScan
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 if TYPE_CHECKING:  # the runner imports JAX; this stage only reads its host copies
+    from llguidance import LLMatcher
+
     from engine.runner import StepOutput
     from engine.sampling.logprobs import PromptLogprobs
+
+log = logging.getLogger("flint")
 
 
 class OutputStage:
@@ -38,11 +47,12 @@ class OutputStage:
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
 
-    def new_sequence(self, request: Request, seed: int) -> Sequence:
-        """The sequence of `request`, with its end-token set and a detokenizer after its prompt."""
+    def new_sequence(self, request: Request, seed: int, matcher: LLMatcher | None = None) -> Sequence:
+        """The sequence of `request`, with its end-token set, a detokenizer after its prompt
+        and the matcher of its grammar."""
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids=request.prompt_token_ids,
                                              skip_special_tokens=True)
-        return Sequence.from_request(request, seed, self.eos_token_ids, detokenizer)
+        return Sequence.from_request(request, seed, self.eos_token_ids, detokenizer, matcher)
 
     def process(self, scheduled: SchedulerOutput, step: StepOutput) -> list[RequestOutput]:
         """Record the step, append its sampled tokens (scheduler.update), check stops and
@@ -78,9 +88,14 @@ class OutputStage:
         if token in seq.end_token_ids:
             stop_token = token if token in seq.stop.token_ids else None  # None: EOS
             return self._end(seq, [token], "stop", stop_reason=stop_token, logprobs=logprobs)
+        if seq.matcher is not None and not seq.matcher.consume_token(token):
+            log.error("request %s: its grammar refused token %d: %s", seq.request_id, token, seq.matcher.get_error())
+            return self._end(seq, [], "abort")
         scan = seq.stop_matcher.feed(seq.detokenizer.push([token]))
         if scan.stopped:
             return self._end(seq, [token], "stop", scan.text, scan.stop, logprobs)
+        if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete
+            return self._end(seq, [token], "stop", scan.text, logprobs=logprobs)
         if seq.num_output_tokens >= seq.stop.max_tokens or seq.num_tokens >= self.max_model_len:
             return self._end(seq, [token], "length", scan.text, logprobs=logprobs)
         return self._output(seq, [token], scan.text, logprobs)

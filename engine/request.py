@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from engine.grammar import Grammar
 from engine.sampling.params import SamplingParams, bounded
 
-__all__ = ["PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "TokenLogprob",
+__all__ = ["Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "TokenLogprob",
            "choice_seeds"]
 
 
@@ -47,12 +48,14 @@ def choice_seeds(seed: int | list[int] | None, n: int, draw) -> list[int]:
 
 @dataclass
 class Request:
-    """One generation: the prompt's token ids, how to sample, and when to stop."""
+    """One generation: the prompt's token ids, how to sample, when to stop, and the
+    grammar its output must follow (None: any text)."""
 
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: StopCriteria = field(default_factory=StopCriteria)
+    grammar: Grammar | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from engine.stop_strings import StopStringMatcher
 
 if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither NumPy nor tokenizers
+    from llguidance import LLMatcher
+
     from engine.request import PromptTokenLogprob, Request, SamplingParams, StopCriteria
     from engine.tokenizer import IncrementalDetokenizer
 
@@ -30,13 +32,13 @@ class Sequence:
     (token at position p lives in slot block_table[p // page_size] * page_size + p % page_size).
     `block_table` and `block_hashes` belong to the BlockManager; the scheduler owns the
     status and counts; the output stage (engine/output.py) owns the detokenizer, the stop
-    matcher, the Mirostat state and the prompt logprobs.
+    matcher, the grammar matcher, the Mirostat state and the prompt logprobs.
     """
 
     def __init__(
         self, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, seed: int,
         stop: StopCriteria, end_token_ids: frozenset[int] = frozenset(),
-        detokenizer: IncrementalDetokenizer | None = None,
+        detokenizer: IncrementalDetokenizer | None = None, matcher: LLMatcher | None = None,
     ) -> None:
         self.request_id = request_id
         self.token_ids: list[int] = list(prompt_token_ids)
@@ -58,16 +60,17 @@ class Sequence:
         self.stop_matcher = StopStringMatcher(self.stop.strings)
         self.mirostat_mu = 2.0 * sampling.mirostat_target  # Mirostat v2 starts at twice the target
         self.prompt_logprobs: dict[int, PromptTokenLogprob] = {}  # by position, until the first output
+        self.matcher = matcher  # the grammar's llguidance matcher, following the output (None: free text)
 
     @classmethod
     def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
-                     detokenizer: IncrementalDetokenizer | None = None) -> Sequence:
+                     detokenizer: IncrementalDetokenizer | None = None, matcher: LLMatcher | None = None) -> Sequence:
         """The sequence of `request`, with its end tokens: its stop token ids, plus
         `eos_token_ids` unless it ignores EOS."""
         stop = request.stop
         end_token_ids = frozenset(stop.token_ids) | (frozenset() if stop.ignore_eos else eos_token_ids)
         return cls(request.request_id, request.prompt_token_ids, request.sampling, seed, stop,
-                   end_token_ids, detokenizer)
+                   end_token_ids, detokenizer, matcher)
 
     def __repr__(self) -> str:
         return (

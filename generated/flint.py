@@ -513,6 +513,81 @@ class MessageServiceTier(StrEnum):
     STANDARD_ONLY = "standard_only"
 
 
+class MessageSpeed(StrEnum):
+    """
+    `fast` asks for a higher rate of output tokens per second than the `standard` mode.
+    """
+
+    STANDARD = "standard"
+    FAST = "fast"
+
+
+class ContainerSkillType(StrEnum):
+    """
+    Built in (`anthropic`) or uploaded by the user (`custom`).
+    """
+
+    ANTHROPIC = "anthropic"
+    CUSTOM = "custom"
+
+
+class MessageDiagnosticsParam(BaseModel):
+    """
+    Asks the reply to explain why the prompt cache could not reuse the prefix of an earlier request.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    previous_message_id: Annotated[
+        str | None,
+        Field(
+            description="The `msg_...` id of the client's previous reply to compare with; null opts in on a conversation's first turn."
+        ),
+    ] = None
+
+
+class OutputEffort(StrEnum):
+    """
+    Effort levels, from least to most.
+    """
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+    MAX = "max"
+
+
+class JsonOutputFormat(BaseModel):
+    """
+    Structured output; the reply is JSON matching `schema`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["json_schema"]
+    schema_: Annotated[
+        dict[str, Any],
+        Field(alias="schema", description="The JSON Schema the output must match."),
+    ]
+
+
+class MessageTokensCount(BaseModel):
+    """
+    The token count of a message request's prompt.
+    """
+
+    input_tokens: Annotated[
+        int,
+        Field(
+            description="Tokens of the prompt, as `POST /v1/messages` would build it from the same body.",
+            ge=0,
+        ),
+    ]
+
+
 class MessageRequestMetadata(BaseModel):
     """
     Request metadata.
@@ -531,11 +606,12 @@ class MessageRequestMetadata(BaseModel):
 
 class MessageParamRole(StrEnum):
     """
-    Author of a turn.
+    Author of a turn; a `system` turn holds instructions given in the course of the conversation (text only).
     """
 
     USER = "user"
     ASSISTANT = "assistant"
+    SYSTEM = "system"
 
 
 class CacheControlTtl(StrEnum):
@@ -547,6 +623,31 @@ class CacheControlTtl(StrEnum):
     FIELD_1H = "1h"
 
 
+class OversizedImage(StrEnum):
+    """
+    For an image over the model's size limit: scale it down (`downsize`, the default) or refuse the request (`error`).
+    """
+
+    DOWNSIZE = "downsize"
+    ERROR = "error"
+
+
+class ImageTransformations(BaseModel):
+    """
+    What the server does to an image before the model sees it, by condition; an empty object keeps every default.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    oversized_image: Annotated[
+        OversizedImage | None,
+        Field(
+            description="For an image over the model's size limit: scale it down (`downsize`, the default) or refuse the request (`error`)."
+        ),
+    ] = None
+
+
 class ImageMediaType(StrEnum):
     """
     Accepted image formats.
@@ -556,6 +657,18 @@ class ImageMediaType(StrEnum):
     IMAGE_PNG = "image/png"
     IMAGE_GIF = "image/gif"
     IMAGE_WEBP = "image/webp"
+
+
+class FileSource(BaseModel):
+    """
+    An image or document uploaded earlier through the Files API.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["file"]
+    file_id: str
 
 
 class UrlImageSource(BaseModel):
@@ -644,6 +757,36 @@ class RedactedThinkingBlockParam(BaseModel):
     data: str
 
 
+class ToolCallerType(StrEnum):
+    """
+    The model (`direct`) or a version of the code-execution tool.
+    """
+
+    DIRECT = "direct"
+    CODE_EXECUTION_20250825 = "code_execution_20250825"
+    CODE_EXECUTION_20260120 = "code_execution_20260120"
+
+
+class ServerToolResultType(StrEnum):
+    """
+    The hosted tool whose result a block holds.
+    """
+
+    WEB_SEARCH_TOOL_RESULT = "web_search_tool_result"
+    WEB_FETCH_TOOL_RESULT = "web_fetch_tool_result"
+    CODE_EXECUTION_TOOL_RESULT = "code_execution_tool_result"
+    BASH_CODE_EXECUTION_TOOL_RESULT = "bash_code_execution_tool_result"
+    TEXT_EDITOR_CODE_EXECUTION_TOOL_RESULT = "text_editor_code_execution_tool_result"
+    TOOL_SEARCH_TOOL_RESULT = "tool_search_tool_result"
+
+
+class AllowedCaller(StrEnum):
+    DIRECT = "direct"
+    CODE_EXECUTION_20250825 = "code_execution_20250825"
+    CODE_EXECUTION_20260120 = "code_execution_20260120"
+    CODE_EXECUTION_20260521 = "code_execution_20260521"
+
+
 class ToolInputSchema(BaseModel):
     """
     JSON Schema of the tool's input; must describe an object.
@@ -705,18 +848,6 @@ class ToolChoiceNone(BaseModel):
     type: Literal["none"]
 
 
-class ThinkingConfigEnabled(BaseModel):
-    """
-    Think before answering, within a token budget smaller than max_tokens.
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    type: Literal["enabled"]
-    budget_tokens: Annotated[int, Field(ge=1024)]
-
-
 class ThinkingConfigDisabled(BaseModel):
     """
     Answer without a thinking block.
@@ -726,6 +857,26 @@ class ThinkingConfigDisabled(BaseModel):
         extra="forbid",
     )
     type: Literal["disabled"]
+
+
+class ThinkingConfigBetweenTools(BaseModel):
+    """
+    Think between tool calls.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["between_tools"]
+
+
+class ThinkingDisplay(StrEnum):
+    """
+    Whether the reply shows the thinking (`summarized`) or only its signature (`omitted`).
+    """
+
+    SUMMARIZED = "summarized"
+    OMITTED = "omitted"
 
 
 class StopReason(StrEnum):
@@ -1208,6 +1359,39 @@ class ResponseOutputTextDoneEvent(BaseModel):
     logprobs: Annotated[list[ResponseLogProb] | None, Field(validate_default=True)] = []
 
 
+class ContainerSkillParams(BaseModel):
+    """
+    A skill to load into the container.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    skill_id: str
+    type: ContainerSkillType
+    version: Annotated[
+        str | None, Field(description="A version of the skill, or `latest`.")
+    ] = None
+
+
+class OutputConfig(BaseModel):
+    """
+    Options for the reply's output.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    effort: Annotated[
+        OutputEffort | None,
+        Field(description="How much effort the model spends on its reply."),
+    ] = None
+    format: Annotated[
+        JsonOutputFormat | None,
+        Field(description="A JSON Schema the reply's text must follow."),
+    ] = None
+
+
 class CacheControlEphemeral(BaseModel):
     """
     Marks a prompt-cache breakpoint after this block.
@@ -1250,18 +1434,124 @@ class Base64ImageSource(BaseModel):
     data: str
 
 
-class ToolUseBlockParam(BaseModel):
+class SearchResultBlockParam(BaseModel):
     """
-    An earlier tool call by the assistant.
+    A search result the client supplies, with its source, for the model to cite.
     """
 
     model_config = ConfigDict(
         extra="forbid",
     )
-    type: Literal["tool_use"]
+    type: Literal["search_result"]
+    source: Annotated[
+        str,
+        Field(description="Where the result comes from (a URL or other identifier)."),
+    ]
+    title: str
+    content: list[TextBlockParam]
+    citations: CitationsConfigParam | None = None
+    cache_control: CacheControlEphemeral | None = None
+
+
+class ToolCallerParam(BaseModel):
+    """
+    Who made a tool call: the model itself (`direct`), or a code-execution tool (named by its versioned type, with `tool_id`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: ToolCallerType
+    tool_id: Annotated[
+        str | None,
+        Field(description="The id of the code-execution call that made this one."),
+    ] = None
+
+
+class ServerToolUseBlockParam(BaseModel):
+    """
+    An earlier call of one of Anthropic's hosted tools, passed back.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["server_tool_use"]
     id: str
-    name: str
-    input: Annotated[dict[str, Any], Field(description="The tool's arguments.")]
+    name: Annotated[
+        str,
+        Field(
+            description="The hosted tool: web_search, web_fetch, code_execution, bash_code_execution, text_editor_code_execution, tool_search_tool_regex or tool_search_tool_bm25."
+        ),
+    ]
+    input: dict[str, Any]
+    caller: ToolCallerParam | None = None
+    cache_control: CacheControlEphemeral | None = None
+
+
+class ServerToolResultBlockParam(BaseModel):
+    """
+    The result of an earlier hosted-tool call, passed back; its `type` names the tool, its content is that tool's own result shape.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result"]
+    tool_use_id: str
+    content: Annotated[
+        dict[str, Any] | list[dict[str, Any]],
+        Field(description="The tool's result, or its error object."),
+    ]
+    caller: ToolCallerParam | None = None
+    cache_control: CacheControlEphemeral | None = None
+
+
+class ContainerUploadBlockParam(BaseModel):
+    """
+    A file, by Files API id, to place in the code-execution container.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["container_upload"]
+    file_id: str
+    cache_control: CacheControlEphemeral | None = None
+
+
+class ToolReferenceBlockParam(BaseModel):
+    """
+    A tool named in a tool result (what a tool search found).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["tool_reference"]
+    tool_name: str
+    cache_control: CacheControlEphemeral | None = None
+
+
+class BrowserStateBlockParam(BaseModel):
+    """
+    The client's browser after a browser-toolset call: its open tabs and what the call changed.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["browser_state"]
+    tabs: Annotated[
+        list[dict[str, Any]],
+        Field(description="Every open tab (tab_id, title, url, active)."),
+    ]
+    state_changes: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="Tabs opened and downloads started, finished or failed during the call."
+        ),
+    ] = None
     cache_control: CacheControlEphemeral | None = None
 
 
@@ -1280,6 +1570,32 @@ class ToolParam(BaseModel):
     description: str | None = None
     input_schema: ToolInputSchema
     cache_control: CacheControlEphemeral | None = None
+    strict: Annotated[
+        bool | None,
+        Field(description="Calls must match the tool's name and input schema exactly."),
+    ] = None
+    input_examples: Annotated[
+        list[dict[str, Any]] | None,
+        Field(description="Example inputs that show the model how to call the tool."),
+    ] = None
+    defer_loading: Annotated[
+        bool | None,
+        Field(
+            description="Leave the tool out of the initial prompt until a tool search returns a reference to it."
+        ),
+    ] = None
+    eager_input_streaming: Annotated[
+        bool | None,
+        Field(
+            description="Stream the tool's input as it is generated instead of once it is complete; null keeps the default."
+        ),
+    ] = None
+    allowed_callers: Annotated[
+        list[AllowedCaller] | None,
+        Field(
+            description="Who may call the tool, the model directly or code-execution tools."
+        ),
+    ] = None
 
 
 class ToolChoice(
@@ -1294,11 +1610,29 @@ class ToolChoice(
     ]
 
 
-class ThinkingConfig(RootModel[ThinkingConfigEnabled | ThinkingConfigDisabled]):
-    root: Annotated[
-        ThinkingConfigEnabled | ThinkingConfigDisabled,
-        Field(description="Extended thinking on or off.", discriminator="type"),
-    ]
+class ThinkingConfigEnabled(BaseModel):
+    """
+    Think before answering, within a token budget smaller than max_tokens.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["enabled"]
+    budget_tokens: Annotated[int, Field(ge=1024)]
+    display: ThinkingDisplay | None = None
+
+
+class ThinkingConfigAdaptive(BaseModel):
+    """
+    The model decides whether and how much to think.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["adaptive"]
+    display: ThinkingDisplay | None = None
 
 
 class ContentBlock(
@@ -1494,10 +1828,58 @@ class ResponseContentPartDoneEvent(BaseModel):
     part: ResponseContentPart
 
 
-class ImageSource(RootModel[Base64ImageSource | UrlImageSource]):
+class MessageContainerParams(BaseModel):
+    """
+    A container to run code in, and the skills it should hold.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: Annotated[str | None, Field(description="Id of an existing container.")] = None
+    skills: list[ContainerSkillParams] | None = None
+
+
+class ImageSource(RootModel[Base64ImageSource | UrlImageSource | FileSource]):
     root: Annotated[
-        Base64ImageSource | UrlImageSource,
+        Base64ImageSource | UrlImageSource | FileSource,
         Field(description="Where an image's bytes come from.", discriminator="type"),
+    ]
+
+
+class ToolUseBlockParam(BaseModel):
+    """
+    An earlier tool call by the assistant.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: Annotated[dict[str, Any], Field(description="The tool's arguments.")]
+    cache_control: CacheControlEphemeral | None = None
+    caller: ToolCallerParam | None = None
+    toolset_name: Annotated[
+        str | None, Field(description="The toolset a member tool's call belongs to.")
+    ] = None
+
+
+class ThinkingConfig(
+    RootModel[
+        ThinkingConfigEnabled
+        | ThinkingConfigDisabled
+        | ThinkingConfigAdaptive
+        | ThinkingConfigBetweenTools
+    ]
+):
+    root: Annotated[
+        ThinkingConfigEnabled | ThinkingConfigDisabled | ThinkingConfigAdaptive | ThinkingConfigBetweenTools,
+        Field(
+            description="Extended thinking off, on with a budget, adaptive, or between tool calls.",
+            discriminator="type",
+        ),
     ]
 
 
@@ -1583,6 +1965,7 @@ class ImageBlockParam(BaseModel):
     type: Literal["image"]
     source: ImageSource
     cache_control: CacheControlEphemeral | None = None
+    transformations: ImageTransformations | None = None
 
 
 class ContentBlockSourceItem(RootModel[TextBlockParam | ImageBlockParam]):
@@ -1818,10 +2201,16 @@ class ResponseOutputItemDoneEvent(BaseModel):
 
 
 class DocumentSource(
-    RootModel[Base64PdfSource | PlainTextSource | UrlPdfSource | ContentBlockSource]
+    RootModel[
+        Base64PdfSource
+        | PlainTextSource
+        | UrlPdfSource
+        | ContentBlockSource
+        | FileSource
+    ]
 ):
     root: Annotated[
-        Base64PdfSource | PlainTextSource | UrlPdfSource | ContentBlockSource,
+        Base64PdfSource | PlainTextSource | UrlPdfSource | ContentBlockSource | FileSource,
         Field(
             description="Where a document's content comes from.", discriminator="type"
         ),
@@ -1975,10 +2364,17 @@ class DocumentBlockParam(BaseModel):
 
 
 class ToolResultContentBlock(
-    RootModel[TextBlockParam | ImageBlockParam | DocumentBlockParam]
+    RootModel[
+        TextBlockParam
+        | ImageBlockParam
+        | DocumentBlockParam
+        | SearchResultBlockParam
+        | ToolReferenceBlockParam
+        | BrowserStateBlockParam
+    ]
 ):
     root: Annotated[
-        TextBlockParam | ImageBlockParam | DocumentBlockParam,
+        TextBlockParam | ImageBlockParam | DocumentBlockParam | SearchResultBlockParam | ToolReferenceBlockParam | BrowserStateBlockParam,
         Field(description="A block inside a tool result.", discriminator="type"),
     ]
 
@@ -2000,6 +2396,9 @@ class ToolResultBlockParam(BaseModel):
         bool | None, Field(description="The tool failed; content describes the error.")
     ] = None
     cache_control: CacheControlEphemeral | None = None
+    toolset_name: Annotated[
+        str | None, Field(description="The toolset of the tool_use block this answers.")
+    ] = None
 
 
 class ContentBlockParam(
@@ -2011,10 +2410,14 @@ class ContentBlockParam(
         | ToolResultBlockParam
         | ThinkingBlockParam
         | RedactedThinkingBlockParam
+        | SearchResultBlockParam
+        | ServerToolUseBlockParam
+        | ServerToolResultBlockParam
+        | ContainerUploadBlockParam
     ]
 ):
     root: Annotated[
-        TextBlockParam | ImageBlockParam | DocumentBlockParam | ToolUseBlockParam | ToolResultBlockParam | ThinkingBlockParam | RedactedThinkingBlockParam,
+        TextBlockParam | ImageBlockParam | DocumentBlockParam | ToolUseBlockParam | ToolResultBlockParam | ThinkingBlockParam | RedactedThinkingBlockParam | SearchResultBlockParam | ServerToolUseBlockParam | ServerToolResultBlockParam | ContainerUploadBlockParam,
         Field(
             description="A block of message content sent by the client.",
             discriminator="type",
@@ -2074,3 +2477,54 @@ class CreateMessageRequest(BaseModel):
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     service_tier: MessageServiceTier | None = None
+    cache_control: Annotated[
+        CacheControlEphemeral | None,
+        Field(
+            description="A cache breakpoint for the whole request: it applies to the last block that can carry one."
+        ),
+    ] = None
+    container: Annotated[
+        str | MessageContainerParams | None,
+        Field(
+            description="The code-execution container to reuse, by id, or the container's id and the skills to load into it."
+        ),
+    ] = None
+    diagnostics: MessageDiagnosticsParam | None = None
+    inference_geo: Annotated[
+        str | None,
+        Field(
+            description="The geographic region to run inference in; when absent the account's default region applies."
+        ),
+    ] = None
+    output_config: OutputConfig | None = None
+    speed: Annotated[
+        MessageSpeed | None, Field(description="Inference speed mode.")
+    ] = None
+
+
+class CountMessageTokensRequest(BaseModel):
+    """
+    Body of POST /v1/messages/count_tokens: the prompt-shaping fields of CreateMessageRequest.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    model: Annotated[
+        str, Field(description="Id of the served model whose tokenizer counts.")
+    ]
+    messages: Annotated[
+        list[MessageParam], Field(description="The conversation to count.")
+    ]
+    system: Annotated[
+        str | list[TextBlockParam] | None,
+        Field(description="System prompt, as text or text blocks."),
+    ] = None
+    tools: Annotated[
+        list[ToolParam] | None, Field(description="Tools the model may call.")
+    ] = None
+    tool_choice: ToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    cache_control: CacheControlEphemeral | None = None
+    speed: MessageSpeed | None = None

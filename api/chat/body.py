@@ -1,7 +1,8 @@
 """The /v1/chat/completions body: OpenAI's request plus the fields of Fireworks' chat request
 (spec/asyncapi, the AsyncAPI chat schema) that OpenAI's lacks, such as top_k or min_p.
 
-Where both define a field, OpenAI's type rules. Messages follow OpenAI's shapes; the few
+Where both define a field, OpenAI's type rules, but for `response_format`, which also
+takes Fireworks' `grammar` type. Messages follow OpenAI's shapes; the few
 message fields and part types only Fireworks defines (`reasoning_content`, `video_url`
 and `audio_url` parts) are refused by name with a 400 before OpenAI's schema would call
 them unknown. Unknown fields at any depth are schema violations (400 in OpenAI's shape).
@@ -16,6 +17,7 @@ import pydantic
 
 from api.chat.fields import REGISTRY
 from api.core.validation import parse_body, require_object
+from generated import fireworks_completions
 from generated import fireworks_streaming as fireworks
 from generated import openai_chat_completions as openai
 
@@ -37,8 +39,12 @@ def _fireworks_field(name: str) -> tuple[Any, None]:
     return annotated | None, None
 
 
+# OpenAI's formats, or Fireworks' (its completions format, whose `grammar` type takes a GBNF
+# grammar; Fireworks' chat schema names the type but not its fields).
+RESPONSE_FORMAT = (openai.ChatCompletionResponseFormat | fireworks_completions.ResponseFormat | None, None)
+
 ChatCompletionBody = pydantic.create_model(
-    "ChatCompletionBody", __base__=openai.CreateChatCompletionRequest,
+    "ChatCompletionBody", __base__=openai.CreateChatCompletionRequest, response_format=RESPONSE_FORMAT,
     **{name: _fireworks_field(name) for name in FIREWORKS_ONLY_FIELDS})
 
 

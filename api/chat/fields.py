@@ -6,7 +6,8 @@ Decisions beyond the spec (the values that ask for what this server does anyway 
 - `verbosity`: only `medium`, the spec's default, which asks for nothing in particular;
 - `modalities`: `["text"]`; `prompt_cache_retention`: `in_memory` (the prefix cache); `24h`
   is refused;
-- tools, formats, reasoning and the service tier: the shared rules of api/core/refusals.py;
+- tools (api/chat/tools.py) and response formats (api/core/structured.py) constrain the
+  answer by grammar; reasoning and the service tier: the shared rules of api/core/refusals.py;
 - `store: true` keeps the completion (api/chat/store.py); `metadata` is stored with it.
 """
 
@@ -14,13 +15,28 @@ from __future__ import annotations
 
 from api.core import refusals
 from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping
+from generated import fireworks_completions
 from generated import fireworks_streaming as fireworks
 from generated.openai_chat_completions import (
+    ChatCompletionAllowedToolChoice,
+    ChatCompletionAllowedTools,
     ChatCompletionContentPartFile,
     ChatCompletionContentPartImage,
     ChatCompletionContentPartInputAudio,
     ChatCompletionContentPartRefusal,
     ChatCompletionContentPartText,
+    ChatCompletionCustomTool,
+    ChatCompletionCustomToolCallInput,
+    ChatCompletionFunctionCall,
+    ChatCompletionFunctionCallOption,
+    ChatCompletionFunctions,
+    ChatCompletionFunctionTool,
+    ChatCompletionMessageCustomToolCall,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionNamedToolChoice,
+    ChatCompletionNamedToolChoiceCustom,
+    ChatCompletionNamedToolChoiceCustomTool,
+    ChatCompletionNamedToolChoiceFunction,
     ChatCompletionRequestAssistantMessage,
     ChatCompletionRequestDeveloperMessage,
     ChatCompletionRequestFunctionMessage,
@@ -29,12 +45,24 @@ from generated.openai_chat_completions import (
     ChatCompletionRequestUserMessage,
     ChatCompletionStreamOptions,
     CreateChatCompletionRequest,
+    CustomToolDefinition,
+    CustomToolGrammar,
+    CustomToolGrammarFormat,
+    CustomToolTextFormat,
+    FunctionDefinition,
+    JsonSchemaFormat,
+    ResponseFormatJsonObject,
+    ResponseFormatJsonSchema,
+    ResponseFormatText,
     UpdateChatCompletionRequest,
 )
 
 CHAT = "tests/api/test_chat.py::"
 STREAM = "tests/api/test_chat_stream.py::"
 REFUSALS = "tests/api/test_chat_refusals.py::"
+TOOLS = "tests/api/test_chat_tools.py::"
+FORMATS = "tests/api/test_chat_formats.py::"
+HISTORY = Planned("api.core.tool_prompt.tool_conversation", TOOLS + "test_tool_history_renders_in_the_default_format")
 STORE = "tests/api/test_store_chat.py::"
 RENDERED = Planned("plan.prompt_messages", CHAT + "test_every_role_renders_through_the_chat_template")
 CALLER = Planned("plan.log_caller", CHAT + "test_caller_fields_are_logged")
@@ -64,13 +92,13 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "audio": f"{refusals.TEXT_ONLY}: it cannot speak",
     "reasoning_effort": refusals.REASONING_EFFORT,
     "verbosity": refusals.refused_unless("verbosity controls are not supported", "medium"),
-    "response_format": refusals.TEXT_FORMAT,
+    "response_format": Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate"),
     "prediction": refusals.PREDICTION,
-    "tools": refusals.NO_TOOLS,
-    "tool_choice": refusals.TOOL_CHOICE,
-    "parallel_tool_calls": refusals.PARALLEL_TOOL_CALLS,
-    "function_call": refusals.TOOL_CHOICE,
-    "functions": refusals.NO_TOOLS,
+    "tools": Planned("tools.chat_tools", TOOLS + "test_required_calls_validate_against_their_schemas"),
+    "tool_choice": Planned("tools.read_choice", TOOLS + "test_a_named_tool_choice_calls_that_tool"),
+    "parallel_tool_calls": Planned("tools.read_choice", TOOLS + "test_without_parallel_calls_there_is_one_call"),
+    "function_call": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
+    "functions": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
     "web_search_options": "this server cannot search the web",
     "service_tier": refusals.SERVICE_TIER,
     "prompt_cache_retention": refusals.refused_unless("cached prefixes live while their pages are free",
@@ -105,7 +133,47 @@ NON_TEXT_PARTS = [
 TEXT_PART = Planned("api.core.prompt.part_text", CHAT + "test_text_parts_equal_string_content")
 REFUSAL_PART = Planned("api.core.prompt.part_text", CHAT + "test_assistant_refusals_render_as_its_text")
 
+
+
+def every_field(model: type, decision: Planned) -> ModelFields:
+    """A table deciding each field of `model` the same way."""
+    return ModelFields(model, {name: decision for name in model.model_fields})
+
+
+READ_TOOL = Planned("tools.read_tool", TOOLS + "test_required_calls_validate_against_their_schemas")
+CUSTOM_TOOL = Planned("tools.custom_format", TOOLS + "test_custom_tools_follow_their_grammar")
+NAMED = Planned("tools.read_choice", TOOLS + "test_a_named_tool_choice_calls_that_tool")
+ALLOWED = Planned("tools.read_choice", TOOLS + "test_allowed_tools_narrow_the_calls")
+FUNCTIONS = Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call")
+FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_schema_answers_validate")
+TOOL_TABLES = [
+    every_field(ChatCompletionFunctionTool, READ_TOOL),
+    ModelFields(FunctionDefinition, {"name": READ_TOOL, "description": READ_TOOL, "parameters": READ_TOOL,
+                                     "strict": Planned("tools.read_tool", TOOLS + "test_strict_tools_keep_to_their_schema")}),
+    every_field(ChatCompletionCustomTool, CUSTOM_TOOL), every_field(CustomToolDefinition, CUSTOM_TOOL),
+    every_field(CustomToolTextFormat, CUSTOM_TOOL), every_field(CustomToolGrammarFormat, CUSTOM_TOOL),
+    every_field(CustomToolGrammar, CUSTOM_TOOL),
+    every_field(ChatCompletionNamedToolChoice, NAMED), every_field(ChatCompletionNamedToolChoiceFunction, NAMED),
+    every_field(ChatCompletionNamedToolChoiceCustom, NAMED),
+    every_field(ChatCompletionNamedToolChoiceCustomTool, NAMED),
+    every_field(ChatCompletionAllowedToolChoice, ALLOWED), every_field(ChatCompletionAllowedTools, ALLOWED),
+    every_field(ChatCompletionFunctions, FUNCTIONS), every_field(ChatCompletionFunctionCallOption, FUNCTIONS),
+    every_field(ResponseFormatText, FORMAT), every_field(ResponseFormatJsonObject, FORMAT),
+    every_field(ResponseFormatJsonSchema, FORMAT), every_field(JsonSchemaFormat, FORMAT),
+    every_field(fireworks.ResponseFormat, FORMAT),
+    # Fireworks' chat schema has the same tools and calls (the body reads OpenAI's shapes).
+    every_field(fireworks.ChatCompletionTool, READ_TOOL), every_field(fireworks.Function, READ_TOOL),
+    every_field(fireworks.ToolCall, HISTORY), every_field(fireworks.Function1, HISTORY),
+    ModelFields(fireworks_completions.ResponseFormat, {
+        "type": FORMAT, "schema_": FORMAT, "json_schema": FORMAT,
+        "grammar": Planned("api.core.structured.format_grammar", FORMATS + "test_a_gbnf_grammar_format_is_followed")}),
+    every_field(ChatCompletionMessageFunctionToolCall, HISTORY), every_field(ChatCompletionFunctionCall, HISTORY),
+    every_field(ChatCompletionMessageCustomToolCall, HISTORY),
+    every_field(ChatCompletionCustomToolCallInput, HISTORY),
+]
+
 REGISTRY = Registry([
+    *TOOL_TABLES,
     REQUEST,
     FIREWORKS_REQUEST,
     *[ModelFields(message_cls, MESSAGE_FIELDS) for message_cls in (
@@ -113,8 +181,9 @@ REGISTRY = Registry([
         ChatCompletionRequestUserMessage, ChatCompletionRequestFunctionMessage)],
     ModelFields(ChatCompletionRequestToolMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED}),
     ModelFields(ChatCompletionRequestAssistantMessage, {
-        **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": refusals.NO_TOOLS,
-        "function_call": refusals.TOOLS, "audio": f"{refusals.TEXT_ONLY}: it has no audio replies to refer to"}),
+        **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": HISTORY,
+        "function_call": Planned("plan.prompt_messages", TOOLS + "test_a_deprecated_function_call_renders_as_history"),
+        "audio": f"{refusals.TEXT_ONLY}: it has no audio replies to refer to"}),
     ModelFields(ChatCompletionContentPartText, {"type": TEXT_PART, "text": TEXT_PART}),
     ModelFields(ChatCompletionContentPartRefusal, {"type": REFUSAL_PART, "refusal": REFUSAL_PART}),
     *NON_TEXT_PARTS,
@@ -123,7 +192,7 @@ REGISTRY = Registry([
         "include_obfuscation": Planned("render.ChunkWriter", STREAM + "test_obfuscation_pads_chunks_unless_turned_off"),
     }),
     ModelFields(fireworks.ChatMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED,
-                                        "tool_calls": refusals.NO_TOOLS,
+                                        "tool_calls": HISTORY,
                                         "reasoning_content": refusals.REASONING}),
     ModelFields(fireworks.ChatMessageContent, {
         "type": TEXT_PART, "text": TEXT_PART,

@@ -1,7 +1,9 @@
 """A parsed chat completion body (api/chat/body.py) to the engine requests of its choices.
 
-The messages become prompt ids through the chat template (api/core/prompt.py), and the
-sampling fields one SamplingParams per choice, each with its own seed. With no token
+The messages (and the tools, api/chat/tools.py) become prompt ids through the chat template
+(api/core/prompt.py), and the sampling fields one SamplingParams per choice, each with its
+own seed. A response format or tools make the grammar every choice is constrained by
+(api/core/structured.py, api/core/tool_grammar.py). With no token
 limit, or one past the context window, the reply stops at the window's end (finish_reason
 "length"); Fireworks' `context_length_exceeded_behavior: "error"` refuses such a request
 instead.
@@ -9,12 +11,14 @@ instead.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
 from api.chat.body import MODELS, ChatCompletionBody
 from api.chat.fields import REGISTRY
+from api.chat.tools import ChatTools, chat_tools
 from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
@@ -22,12 +26,20 @@ from api.core.prompt import chat_prompt_ids
 from api.core.sampling import (EngineValues, check_range, choice_seed_list, engine_values, logit_bias,
                                logprobs_count, resolve_max_tokens)
 from api.core.state import ServerState
+from api.core.structured import check_grammar, check_tool_grammars, format_grammar
+from api.core.tool_format import ToolFormat
+from api.core.tool_grammar import tool_grammar
+from api.core.tool_prompt import answer_format
+from engine.grammar import Grammar
 from engine.request import SamplingParams
 
 log = logging.getLogger("flint")
 
 # Accepted and only logged: they identify the caller, and this server bills nobody.
 LOGGED_FIELDS = ("user", "safety_identifier", "prompt_cache_key", "metadata")
+# Where a tool's schema and a custom tool's grammar are, for `tools` and deprecated `functions`.
+TOOL_GRAMMAR_PATHS = {False: ("tools.[{index}].function.parameters", "tools.[{index}].custom.format.grammar.definition"),
+                      True: ("functions.[{index}].parameters", "")}
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,8 @@ class ChatPlan:
     include_obfuscation: bool
     logprobs: bool
     timeout: float | None = None
+    tools: ChatTools | None = None  # the answer may hold calls, in `tool_format`
+    tool_format: ToolFormat | None = None
 
 
 async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
@@ -52,24 +66,53 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     if stream_options and not body.stream:
         raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
     n = 1 if body.n is None else int(check_range("n", body.n, 1, limits.MAX_CHOICES, integer=True))
-    prompt_ids = await chat_prompt_ids(server, prompt_messages(fields))
+    tools = chat_tools(fields)
+    if tools is not None and body.stream and any(tool.custom for tool in tools.tools):
+        raise invalid("stream", "custom tool calls cannot be streamed: the chunk schema has no shape for them")
+    prompt_ids = await chat_prompt_ids(server, prompt_messages(fields), tools=tools.tools if tools else None)
+    tool_format = answer_format(server.tokenizer.chat_template) if tools else None
+    if tools is not None:
+        await check_tool_grammars(server, list(tools.given), *TOOL_GRAMMAR_PATHS[tools.deprecated_functions])
+    grammar, grammar_field = answer_grammar(fields, tools, tool_format)
+    await check_grammar(server, grammar, grammar_field)
     vocab_size = server.tokenizer.vocab_size
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
     max_tokens = max_tokens_for(fields, len(prompt_ids), server.max_model_len)
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
     choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids,
-                             sampling=replace(sampling, seed=seed), stop=stop)
+                             sampling=replace(sampling, seed=seed), stop=stop, grammar=grammar)
                for i, seed in enumerate(choice_seed_list(body.seed, n))]
     return ChatPlan(body=body, raw=fields, choices=choices, stream=bool(body.stream),
                     include_usage=bool(stream_options.get("include_usage")),
                     include_obfuscation=stream_options.get("include_obfuscation") is not False,
-                    logprobs=bool(body.logprobs))
+                    logprobs=bool(body.logprobs), tools=tools, tool_format=tool_format)
+
+
+def answer_grammar(fields: dict[str, Any], tools: ChatTools | None,
+                   tool_format: ToolFormat | None) -> tuple[Grammar | None, str]:
+    """The grammar of the answer, and the field it comes from: the response format's, or
+    the tools' (which under auto may answer in the response format's JSON instead)."""
+    text_format, where = format_grammar(fields.get("response_format"), "response_format")
+    if tools is None:
+        return text_format, where
+    schema = None
+    if text_format is not None and tools.choice.mode == "auto":
+        if text_format.kind != "json_schema":
+            raise invalid("response_format", "only a JSON response format can be combined with tools")
+        schema = json.loads(text_format.text)
+    return tool_grammar(tools.tools, tools.choice, tool_format, schema), "tools"
 
 
 def prompt_messages(fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation the template renders: every message, as given."""
-    return fields["messages"]
+    """The conversation the template renders: every message, as given, but a deprecated
+    assistant `function_call` as the one call of `tool_calls`."""
+    return [with_tool_call(message) if message.get("function_call") else message for message in fields["messages"]]
+
+
+def with_tool_call(message: dict[str, Any]) -> dict[str, Any]:
+    call = {"id": "", "type": "function", "function": message["function_call"]}
+    return {**{key: value for key, value in message.items() if key != "function_call"}, "tool_calls": [call]}
 
 
 def sampling_of(fields: dict[str, Any], values: EngineValues, vocab_size: int) -> SamplingParams:

@@ -1,7 +1,7 @@
 """Generated choices to OpenAI chat completion objects: the whole answer, or stream chunks.
 
-A stream gives each choice a first chunk with the assistant role, then content deltas,
-then a chunk with its finish_reason; with `stream_options.include_usage` every chunk
+A stream gives each choice a first chunk with the assistant role, then content deltas
+(and tool-call deltas, api/chat/tool_calls.py), then a chunk with its finish_reason; with `stream_options.include_usage` every chunk
 carries `usage: null` and one last chunk with no choices carries the totals. With
 `store: true` the answer is stored before it is returned, or once the stream's last chunk
 is sent (api/chat/store.py).
@@ -18,6 +18,7 @@ from litestar import Response
 
 from api.chat.plan import ChatPlan
 from api.chat.store import save_completion, stored_at_end
+from api.chat.tool_calls import ToolDeltas, answer_message
 from api.core.errors import generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
@@ -30,7 +31,6 @@ from generated.openai_chat_completions import (
     ChatCompletionChunk,
     ChatCompletionChunkChoice,
     ChatCompletionChunkDelta,
-    ChatCompletionMessage,
     CompletionUsage,
     PromptTokensDetails,
 )
@@ -67,17 +67,15 @@ def finish_reason(reason: str | None) -> str:
 
 def chat_completion(identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer, results: list[ChoiceResult],
                     usage: Usage) -> ChatCompletion:
-    choices = [
-        ChatCompletionChoice(
-            index=result.index,
-            message=ChatCompletionMessage(role="assistant", content=result.text, refusal=None),
-            finish_reason=finish_reason(result.finish_reason),
-            logprobs=choice_logprobs(tokenizer, result.logprobs) if plan.logprobs else None,
-        )
-        for result in results
-    ]
+    choices = [answer_choice(plan, tokenizer, result) for result in results]
     return ChatCompletion(id=identity.id, object="chat.completion", created=identity.created,
                           model=identity.model, choices=choices, usage=usage_of(usage), service_tier=SERVICE_TIER)
+
+
+def answer_choice(plan: ChatPlan, tokenizer: Tokenizer, result: ChoiceResult) -> ChatCompletionChoice:
+    message, reason = answer_message(plan, result.text, finish_reason(result.finish_reason))
+    return ChatCompletionChoice(index=result.index, message=message, finish_reason=reason,
+                                logprobs=choice_logprobs(tokenizer, result.logprobs) if plan.logprobs else None)
 
 
 async def whole(plan: ChatPlan, generation: Generation, results: list[ChoiceResult]) -> Response:
@@ -116,6 +114,8 @@ class ChunkWriter:
         self.identity = identity
         self.plan = plan
         self.tokenizer = tokenizer
+        # Each choice's text read as tool calls, when the answer may hold them.
+        self.tool_deltas = {choice.index: ToolDeltas(plan) for choice in plan.choices} if plan.tools else {}
 
     async def chunks(self, events: AsyncIterator[ChoiceEvent], usage: Usage) -> AsyncIterator[ChatCompletionChunk]:
         """Every chunk of the stream. The role chunks wait for the engine's first output, so
@@ -139,14 +139,20 @@ class ChunkWriter:
         return [self.chunk([self.choice(choice.index, delta)]) for choice in self.plan.choices]
 
     def event_chunks(self, event: ChoiceEvent) -> list[ChatCompletionChunk]:
-        chunks = []
         logprobs = self.plan.logprobs and bool(event.logprobs)
-        if event.text or logprobs:
-            delta = ChatCompletionChunkDelta(content=event.text)
-            logprob_list = choice_logprobs(self.tokenizer, event.logprobs) if logprobs else None
-            chunks.append(self.chunk([self.choice(event.index, delta, logprobs=logprob_list)]))
+        logprob_list = choice_logprobs(self.tokenizer, event.logprobs) if logprobs else None
+        tools = self.tool_deltas.get(event.index)
+        if tools is not None:
+            deltas = tools.feed(event.text, final=event.finish_reason is not None)
+        else:
+            deltas = [ChatCompletionChunkDelta(content=event.text)] if event.text else []
+        if logprob_list is not None and not deltas:
+            deltas = [ChatCompletionChunkDelta(content="")]
+        chunks = [self.chunk([self.choice(event.index, delta, logprobs=logprob_list if i == 0 else None)])
+                  for i, delta in enumerate(deltas)]
         if event.finish_reason is not None:
             reason = finish_reason(event.finish_reason)
+            reason = tools.finish_reason(reason) if tools is not None else reason
             chunks.append(self.chunk([self.choice(event.index, ChatCompletionChunkDelta(), reason)]))
         return chunks
 

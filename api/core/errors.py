@@ -13,7 +13,7 @@ traceback and answered 500 in the route's shape, so no input ever gets a bare er
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +188,21 @@ def fireworks_schema_body(error: RequestValidationError) -> dict[str, Any]:
     clients that read `error.message`."""
     error_object = openai_error(422, str(error), error.param, "invalid_request_error", None)
     return {"detail": error.errors, **error_object}
+
+
+def handlers_by_path(default: ErrorShape, prefixed: Mapping[str, ErrorShape]) -> dict[type[BaseException], Callable]:
+    """App-level exception handlers answering in the shape of the path's dialect: a request
+    to `prefix` or below it takes `prefixed[prefix]`, any other `default`. They answer what
+    no route's own handlers saw: an unknown path, a method the path does not serve."""
+    def shape_of(request: Request) -> ErrorShape:
+        path = request.url.path.rstrip("/")
+        return next((shape for prefix, shape in prefixed.items() if path == prefix or path.startswith(prefix + "/")),
+                    default)
+
+    def handler(kind: type[BaseException]) -> Callable[[Request, Any], Response]:
+        return lambda request, error: shape_of(request).handlers()[kind](request, error)
+
+    return {kind: handler(kind) for kind in default.handlers()}
 
 
 OPENAI_ERRORS = ErrorShape(write=openai_error, schema_status=400)

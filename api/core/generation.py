@@ -25,7 +25,7 @@ from api.core.errors import ApiError, engine_failed
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
-from engine.request import (PromptTokenLogprob, Request, RequestOutput, SamplingParams, StopCriteria,
+from engine.request import (Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams, StopCriteria,
                             TokenLogprob)
 
 log = logging.getLogger("flint")
@@ -43,6 +43,7 @@ class ChoiceRequest:
     prompt_token_ids: list[int]
     sampling: SamplingParams
     stop: StopCriteria
+    grammar: Grammar | None = None  # what the output must follow (api/core/structured.py)
 
 
 @dataclass
@@ -125,7 +126,8 @@ class Generation:
             self.timing.first_token = time.monotonic()
 
     def engine_request(self, choice: ChoiceRequest) -> Request:
-        return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop)
+        return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
+                       choice.grammar)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""

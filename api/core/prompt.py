@@ -10,7 +10,8 @@ Messages are plain dicts in the OpenAI chat shape. How each reaches the template
 - developer (OpenAI's newer name for system instructions) becomes system, and function
   (the deprecated predecessor of tool results) becomes tool, unless the template names
   the role itself: most templates know only the older roles;
-- `name` and `tool_call_id` stay on the message for templates that use them;
+- `name`, `tool_call_id` and `tool_calls` stay on the message for templates that use
+  them (api/core/tool_prompt.py writes calls and results into the text for those that don't);
 - content is text: a list of text parts becomes their texts joined by newlines (as vLLM
   does), a refusal becomes the assistant's text.
 Special-token strings inside message content are encoded as plain text, so a message can
@@ -21,6 +22,7 @@ restores parsing them.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +30,8 @@ import jinja2
 
 from api.core.errors import ApiError, invalid
 from api.core.state import ServerState
+from api.core.tool_prompt import tool_conversation
+from api.core.tools import Tool
 from engine.tokenizer import Tokenizer
 
 # Roles a template may not know, and the older role that means the same to a model.
@@ -64,21 +68,24 @@ async def text_prompt_ids(server: ServerState, texts: Sequence[str], param: str)
 
 
 async def chat_prompt_ids(server: ServerState, messages: Sequence[Mapping[str, Any]], *, param: str = "messages",
-                          prefill: str = "") -> list[int]:
-    """The token ids of the prompt the chat template makes of `messages`, opening an
-    assistant turn that starts with `prefill`; a 400 naming `param` when the template
-    refuses the messages or the prompt cannot fit. All of it runs in a worker thread."""
-    ids = await asyncio.to_thread(conversation_ids, server, messages, prefill, param)
+                          prefill: str = "", tools: list[Tool] | None = None) -> list[int]:
+    """The token ids of the prompt the chat template makes of `messages` and `tools`
+    (api/core/tool_prompt.py), opening an assistant turn that starts with `prefill`; a 400
+    naming `param` when the template refuses the messages or the prompt cannot fit. All of
+    it runs in a worker thread."""
+    ids = await asyncio.to_thread(conversation_ids, server, messages, prefill, param, tools)
     check_prompt_fits(len(ids), server.max_model_len, param, "the conversation's prompt")
     return ids
 
 
 def conversation_ids(server: ServerState, messages: Sequence[Mapping[str, Any]], prefill: str,
-                     param: str) -> list[int]:
+                     param: str, tools: list[Tool] | None = None) -> list[int]:
     """(In a worker thread.) The messages made text, their size checked, then rendered and encoded."""
-    converted = template_messages(messages, server.tokenizer.chat_template or "")
-    check_text_size(server, len(prefill.encode()) + sum(len(m["content"].encode()) for m in converted), param)
-    return encode_chat(server, converted, prefill, param)
+    template = server.tokenizer.chat_template or ""
+    converted, variables = tool_conversation(template_messages(messages, template), tools, template)
+    check_text_size(server, len(prefill.encode()) + sum(len(m["content"].encode()) for m in converted)
+                    + len(json.dumps(variables)), param)
+    return encode_chat(server, converted, prefill, param, **variables)
 
 
 def encode_chat(server: ServerState, messages: list[dict[str, Any]], prefill: str, param: str,
@@ -108,7 +115,7 @@ def template_messages(messages: Sequence[Mapping[str, Any]], template: str) -> l
 def template_message(message: Mapping[str, Any], index: int, template: str) -> dict[str, Any]:
     role = template_role(message["role"], template)
     converted = {"role": role, "content": message_text(message, index)}
-    for key in ("name", "tool_call_id"):
+    for key in ("name", "tool_call_id", "tool_calls"):
         if message.get(key) is not None:
             converted[key] = message[key]
     return converted

@@ -167,8 +167,11 @@ class Registry:
         apply to `request` itself (by default its own class's)."""
         models = list(models or [type(request)])
         values = request.__dict__  # the field values, read without deprecated fields' warnings
-        self.refuse_unsupported(models, request.model_fields_set, values, location)
-        for name in sorted(request.model_fields_set):
+        # A free-form object (a JSON Schema, metadata) holds data, not fields: its extra keys
+        # are its content, and only the fields its model declares are decided.
+        given = request.model_fields_set & type(request).model_fields.keys()
+        self.refuse_unsupported(models, given, values, location)
+        for name in sorted(given):
             if isinstance(self.decision(models, name, values[name]), Refused):
                 continue  # an accepted value of a refused field holds nothing more to check
             for child, path in instances_in(values[name], location + name):

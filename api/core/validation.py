@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any, TypeVar, Union
 
 import pydantic
@@ -28,11 +29,53 @@ def parse_body(model_cls: type[Model], raw: object, *, extra: str | None = None,
     """`raw` (decoded JSON) as `model_cls`; RequestValidationError on any schema violation.
 
     `extra="forbid"` refuses unknown fields in nested models too (the generated models
-    forbid them only at the top level where the spec says so)."""
+    forbid them only at the top level where the spec says so), except inside free-form
+    objects, the models whose own config allows any keys (a function's JSON Schema
+    `parameters`, a `json_schema.schema`, `metadata`): pydantic's override would forbid
+    them there too, so such a body is validated again under each model's own config and
+    only keys unknown to a closed model are refused."""
     try:
         return model_cls.model_validate(raw, extra=extra)
     except pydantic.ValidationError as error:
+        if extra == "forbid" and all(detail["type"] == "extra_forbidden" for detail in error.errors()):
+            return parse_open_body(model_cls, raw, location, error)
         raise RequestValidationError.of(error, raw, location) from None
+
+
+def parse_open_body(model_cls: type[Model], raw: object, location: str, error: pydantic.ValidationError) -> Model:
+    """`raw` under its models' own `extra` settings, refused if it has keys that no closed
+    model defines (`error` is the strict validation's)."""
+    try:
+        body = model_cls.model_validate(raw)
+    except pydantic.ValidationError:
+        raise RequestValidationError.of(error, raw, location) from None
+    unknown = list(unknown_keys(body, raw))
+    if unknown:
+        raise RequestValidationError([{"loc": [location, *path], "msg": "Extra inputs are not permitted",
+                                       "type": "extra_forbidden"} for path in unknown])
+    return body
+
+
+def unknown_keys(value: Any, raw: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    """The paths of `raw`'s keys that the validated `value` has no field for, outside the
+    models that allow extra keys."""
+    if isinstance(value, pydantic.RootModel):
+        yield from unknown_keys(value.root, raw, path)
+    elif isinstance(value, pydantic.BaseModel) and isinstance(raw, dict):
+        fields = {info.alias or name: name for name, info in type(value).model_fields.items()}
+        fields |= {name: name for name in type(value).model_fields}
+        if value.model_config.get("extra") != "allow":
+            yield from ((*path, key) for key in raw if key not in fields)
+        for key, name in fields.items():
+            if key in raw:
+                yield from unknown_keys(getattr(value, name), raw[key], (*path, key))
+    elif isinstance(value, (list, tuple)) and isinstance(raw, list):
+        for index, (item, raw_item) in enumerate(zip(value, raw)):
+            yield from unknown_keys(item, raw_item, (*path, index))
+    elif isinstance(value, dict) and isinstance(raw, dict):
+        for key, item in value.items():
+            if key in raw:
+                yield from unknown_keys(item, raw[key], (*path, key))
 
 
 def parse_query(model_cls: type[Model], request: Request) -> Model:

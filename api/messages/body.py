@@ -1,24 +1,31 @@
-"""The /v1/messages request body: Anthropic's CreateMessageRequest, plus the two fields
-Fireworks' Anthropic-compatible body adds (generated/fireworks_streaming.py
-AnthropicMessageRequest), so that a Fireworks client sending them gets a 400 naming the
-field (api/messages/fields.py) rather than a schema error for an unknown one. Unknown
-fields are refused at every level."""
+"""The request bodies of the Anthropic dialect.
+
+POST /v1/messages: Anthropic's CreateMessageRequest, plus `raw_output`, the field Fireworks'
+Anthropic-compatible body adds beyond Anthropic's (generated/fireworks_streaming.py
+AnthropicMessageRequest), so that a Fireworks client sending it gets a 400 naming the field
+(api/messages/fields.py) rather than a schema error for an unknown one.
+
+POST /v1/messages/count_tokens: Anthropic's CountMessageTokensRequest, the prompt-shaping
+fields of the same request. Unknown fields are refused at every level of both.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.core.validation import parse_body, require_object
-from generated.flint import CreateMessageRequest
+from generated.flint import CountMessageTokensRequest, CreateMessageRequest
 
 
 class MessagesBody(CreateMessageRequest):
-    output_config: dict[str, Any] | None = None
     raw_output: bool | None = None
 
 
 MODELS = (MessagesBody,)
+COUNT_MODELS = (CountMessageTokensRequest,)
 
 
 def parse(raw: object) -> MessagesBody:
     return parse_body(MessagesBody, require_object(raw), extra="forbid")
+
+
+def parse_count(raw: object) -> CountMessageTokensRequest:
+    return parse_body(CountMessageTokensRequest, require_object(raw), extra="forbid")

@@ -1,8 +1,10 @@
 """An Anthropic Messages body (POST /v1/messages) to the engine request of its one reply.
 
 The conversation becomes prompt ids through the model's chat template, the way chat
-completions render theirs (api/core/prompt.py):
+completions render theirs (api/core/prompt.py), in one function, `prompt_ids`, that
+POST /v1/messages/count_tokens counts with too (api/messages/count.py):
 - `system`, a string or text blocks, becomes a leading system message;
+- a `system` turn inside `messages` is a system message where it stands;
 - a message's text blocks are joined by newlines, as chat content parts are;
 - a last assistant message is a prefill, as Anthropic defines it: the reply continues
   that text (which the response does not repeat), so its text follows the generation
@@ -23,7 +25,10 @@ from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
 from api.core.state import ServerState
-from generated.flint import TextBlockParam
+from generated.flint import CountMessageTokensRequest, TextBlockParam
+
+# The bodies whose conversation makes a prompt: a message's, and a token count's.
+PromptBody = MessagesBody | CountMessageTokensRequest
 
 log = logging.getLogger("flint")
 
@@ -41,17 +46,24 @@ async def plan_messages(body: MessagesBody, server: ServerState) -> MessagesPlan
     """The engine request of the reply to `body`."""
     if body.metadata is not None and body.metadata.user_id is not None:
         log.info("message for user_id %r", body.metadata.user_id)
-    conversation, prefill = template_conversation(body)
-    prompt_ids = await chat_prompt_ids(server, conversation, prefill=prefill)
+    ids = await prompt_ids(body, server)
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, server.tokenizer.vocab_size)
     [seed] = choice_seed_list(None, 1)  # Anthropic has no seed field: each reply draws its own
     choice = ChoiceRequest(
-        index=0, prompt_index=0, prompt_token_ids=prompt_ids, sampling=values.sampling_params(seed=seed),
+        index=0, prompt_index=0, prompt_token_ids=ids, sampling=values.sampling_params(seed=seed),
         stop=values.stop_criteria(strings=stop_sequences(body), max_tokens=check_count("max_tokens", body.max_tokens)))
     return MessagesPlan(choices=[choice], stream=bool(body.stream))
 
 
-def template_conversation(body: MessagesBody) -> tuple[list[dict[str, Any]], str]:
+async def prompt_ids(body: PromptBody, server: ServerState) -> list[int]:
+    """The prompt token ids of `body`'s reply: what POST /v1/messages generates from and
+    POST /v1/messages/count_tokens counts (a 400 when the template refuses the
+    conversation or its prompt cannot fit)."""
+    conversation, prefill = template_conversation(body)
+    return await chat_prompt_ids(server, conversation, prefill=prefill)
+
+
+def template_conversation(body: PromptBody) -> tuple[list[dict[str, Any]], str]:
     """The messages in the chat shape the template takes, and the final assistant prefill."""
     if not body.messages:
         raise invalid("messages", "`messages` must hold at least one message")

@@ -2,13 +2,16 @@
 
 Every declared per-row parameter (params.py) is copied generically from SamplingParams;
 what follows by hand is what is not one value per row: the logit bias list, the token
-history the penalties read, the packed allowed-token mask (engine/sampling/masks.py), the
-Mirostat state and where the row's randomness comes from.
+history the penalties read, the packed allowed-token mask (engine/sampling/masks.py, with
+the grammar's mask from engine/grammar_masks.py), the Mirostat state and where the row's
+randomness comes from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from engine.sampling.arrays import SamplingArrays
 from engine.sampling.masks import bad_word_bans, force_token, no_repeat_ngram_bans, pack_banned, stop_bans
@@ -27,6 +30,7 @@ class RowSampling:
     min_tokens: int = 0
     min_total_tokens: int = 0
     mirostat_mu: float = 0.0
+    grammar_words: np.ndarray | None = None  # [ceil(vocab / 32)] i32: what the grammar allows next
 
 
 def fill_row(arrays: SamplingArrays, index: int, row: RowSampling, position: int, vocab_size: int) -> None:
@@ -57,8 +61,12 @@ def _fill_history(arrays: SamplingArrays, index: int, row: RowSampling) -> None:
     arrays.num_prompt_tokens[index] = row.num_prompt_tokens - (len(row.token_ids) - len(history))
 
 
-def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
-    """The row's packed mask, or None when it allows every token."""
+def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | np.ndarray | None:
+    """The row's packed mask, or None when it allows every token.
+
+    A grammar's mask is intersected with the row's bans, unless that would leave no token
+    at all (the grammar may allow only EOS while min_tokens still bans it): then the
+    grammar wins, since the output must stay valid."""
     params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
     if len(outputs) < len(params.forced_output_tokens):
         return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
@@ -68,4 +76,9 @@ def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | None:
         banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
     if params.no_repeat_ngram_size:
         banned |= no_repeat_ngram_bans(row.token_ids, params.no_repeat_ngram_size)
-    return pack_banned(banned, vocab_size) if banned else None
+    if row.grammar_words is None:
+        return pack_banned(banned, vocab_size) if banned else None
+    if not banned:
+        return row.grammar_words
+    both = row.grammar_words & np.array(pack_banned(banned, vocab_size), np.int32)
+    return both if both.any() else row.grammar_words

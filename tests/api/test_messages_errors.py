@@ -22,7 +22,7 @@ def test_an_unknown_model_is_a_404_in_anthropics_shape(client, prefix):
     ({"model": "SmolLM2-135M-Instruct", "messages": USER_HI}, "max_tokens"),
     (body(max_tokens=0), "max_tokens"),
     (body(temperature=1.5), "temperature"),
-    (body(messages=[{"role": "system", "content": "Hi"}]), "messages.0.role"),
+    (body(messages=[{"role": "tool", "content": "Hi"}]), "messages.0.role"),
     (body(messages=[{"role": "user", "content": [{"type": "video", "url": "x"}]}]), "messages.0.content"),
     (body(stream="yes please"), "stream"),
     (body(frequency_penalty=0.5), "frequency_penalty"),
@@ -65,7 +65,8 @@ def user_blocks(*blocks) -> list[dict]:
      "system.[0].citations", "citations"),
     ({"system": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
      "system.[0].cache_control.ttl", "hour"),
-    ({"output_config": {"format": {"type": "json_schema"}}}, "output_config", "structured output"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_config.format",
+     "structured output"),
     ({"raw_output": True}, "raw_output", "raw_output"),
 ])
 def test_refused_fields_are_400s_naming_them(client, fields, param, why):
