@@ -12,6 +12,8 @@
                                        same GGUF: tok/s and time to first token under the same
                                        closed-loop streamed load, start-up time and memory
                                        (builds llama-server once, about 10 minutes on 2 cores)
+    python tools/bench.py structured   32 streams constrained by a JSON schema against 32 free
+                                       streams, through HTTP: what structured output costs
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -124,6 +126,12 @@ def serve_benchmarks(args: argparse.Namespace) -> None:
     run_serve_benchmark(args)
 
 
+def structured_benchmark(args: argparse.Namespace) -> None:
+    from bench_structured import run_structured_benchmark
+
+    run_structured_benchmark(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
@@ -163,11 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--llama-args", default="", help="more llama-server arguments, as one string")
     serve.add_argument("--start-timeout", type=float, default=900.0,
                        help="seconds each server may take to become healthy (default: %(default)s)")
+    from bench_structured import add_options
+
+    add_options(commands.add_parser("structured", help="JSON-schema streams against free ones through HTTP"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
-     "serve": serve_benchmarks}[args.command](args)
+     "serve": serve_benchmarks, "structured": structured_benchmark}[args.command](args)
     return 0
 
 

@@ -34,7 +34,11 @@ class ChatTools:
 
 def chat_tools(fields: dict[str, Any]) -> ChatTools | None:
     """The request's tools and choice; None when the answer is plain text."""
-    if fields.get("functions") is not None or fields.get("function_call") is not None:
+    deprecated = bool(fields.get("functions")) or isinstance(fields.get("function_call"), dict)
+    if deprecated and (fields.get("tools") or fields.get("tool_choice") not in (None, "none", "auto")):
+        raise invalid("functions", "`functions` and `function_call` are the deprecated forms of `tools` and "
+                                   "`tool_choice`: give one pair or the other")
+    if deprecated:
         return deprecated_tools(fields)
     tools = [read_tool(tool, i) for i, tool in enumerate(fields.get("tools") or [])]
     check_tools(tools, "tools.[{index}].function.name", "tools.[{index}].function.parameters")
@@ -86,9 +90,6 @@ def tool_name(reference: dict[str, Any]) -> str:
 
 def deprecated_tools(fields: dict[str, Any]) -> ChatTools | None:
     """`functions` and `function_call`, as tools with at most one call."""
-    if fields.get("tools") is not None or fields.get("tool_choice") is not None:
-        raise invalid("functions", "`functions` and `function_call` are the deprecated forms of `tools` and "
-                                   "`tool_choice`: give one pair or the other")
     functions = [Tool(f["name"], f.get("description") or "", f.get("parameters"))
                  for f in fields.get("functions") or []]
     check_tools(functions, "functions.[{index}].name", "functions.[{index}].parameters")

@@ -23,6 +23,8 @@ TRACING = Planned("plan.log_tracing_fields", BASIC + "test_tracing_fields_are_lo
 LOGPROBS_COUNT = Planned("plan.logprobs_of", LOGPROBS + "test_integer_logprobs_give_the_legacy_format")
 STOP_TOKENS = Planned("plan.stop_criteria", SAMPLING + "test_stop_tokens_end_generation")
 BAD_WORDS = Planned("plan.sampling_of", SAMPLING + "test_bad_words_are_never_generated")
+FORMATS = "tests/api/test_completions_formats.py::"
+FORMAT = Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate")
 
 # Fields both dialects share, with the same handling.
 COMMON = {
@@ -56,7 +58,7 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     **{name: Sampled() for name in ("typical_p", "mirostat_target", "mirostat_lr")},
     "ignore_eos": Stopping(),
     "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
-    "response_format": refusals.TEXT_FORMAT,
+    "response_format": FORMAT,
     "speculation": refusals.PREDICTION,
     "prediction": refusals.PREDICTION,
     "reasoning_effort": refusals.REASONING_EFFORT,
@@ -80,7 +82,7 @@ FRIENDLI_FIELDS = {
     "xtc_threshold": Sampled(),
     "xtc_probability": Sampled(),
     "stream_options": Planned("plan.plan_completion", STREAM + "test_include_usage_adds_a_final_usage_chunk"),
-    "response_format": refusals.TEXT_FORMAT,
+    "response_format": FORMAT,
     "embedding_to_replace": "embedding replacement is not supported",
     "token_index_to_replace": "embedding replacement is not supported",
     "encoder_no_repeat_ngram": "only for encoder-decoder models; this server serves decoder-only models",
@@ -99,6 +101,15 @@ REGISTRY = Registry([
     ModelFields(friendli.StreamOptions, {
         "include_usage": Planned("render.completion_chunks", STREAM + "test_include_usage_adds_a_final_usage_chunk")}),
     ModelFields(friendli.TokenSequence, {"tokens": STOP_TOKENS}),
+    ModelFields(fireworks.ResponseFormat, {
+        "type": FORMAT, "schema_": FORMAT, "json_schema": FORMAT,
+        "grammar": Planned("plan.answer_grammar", FORMATS + "test_fireworks_gbnf_grammar_is_followed")}),
+    ModelFields(friendli.ResponseFormatJsonSchema, {"type": FORMAT, "json_schema": FORMAT}),
+    ModelFields(friendli.ResponseFormatJsonSchemaSchema, {"schema_": FORMAT}),
+    ModelFields(friendli.ResponseFormatJsonObject, {"type": FORMAT}),
+    ModelFields(friendli.ResponseFormatText, {"type": FORMAT}),
+    ModelFields(friendli.ResponseFormatRegex, {
+        "type": FORMAT, "schema_": Planned("plan.answer_grammar", FORMATS + "test_friendli_regex_is_followed")}),
     ModelFields(serverless.ServerlessCompletionsExtensionRequest, {
         "timeout": Planned("plan.plan_completion", BASIC + "test_a_timeout_while_queued_is_429"),
         "include_output_logprobs": Planned(

@@ -13,6 +13,8 @@ Decisions (see ../shared/API-DIALECTS.md for the dialect table):
   it the request is aborted and answered 429; once served it runs to the end.
 - n choices of a prompt are n engine requests: each is counted in /metrics and by
   admission control, while usage counts the prompt once (as OpenAI does).
+- `response_format` (Fireworks' json_object, json_schema and GBNF grammar; Friendli's
+  json_schema, json_object and regex) constrains every choice (api/core/structured.py).
 - Tokens after a stop string are not generated; the token that completed it stays in
   `tokens` / `token_ids` / logprobs (as vLLM reports it), its text is cut.
 """
@@ -33,6 +35,8 @@ from api.core.prompt import check_prompt_fits, text_prompt_ids
 from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
                                logit_bias, logprobs_count, resolve_max_tokens)
 from api.core.state import ServerState
+from api.core.structured import check_grammar, format_grammar
+from engine.grammar import Grammar
 from engine.request import SamplingParams, StopCriteria
 
 log = logging.getLogger("flint")
@@ -71,14 +75,23 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
     limits.check_choices(len(prompts), n)
     echo_last = echo_count(body)
     logprobs = logprobs_of(body)
+    grammar = await answer_grammar(body, server)
+    choices = [replace(choice, grammar=grammar) for choice in choice_requests(body, server, prompts, n, echo_last,
+                                                                             logprobs)]
     return CompletionPlan(
-        body=body, prompts=prompts, prompt_texts=texts, n=n,
-        choices=choice_requests(body, server, prompts, n, echo_last, logprobs), stream=stream,
+        body=body, prompts=prompts, prompt_texts=texts, n=n, choices=choices, stream=stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         echo_last=echo_last, logprobs=logprobs, content_logprobs=body.logprobs is True,
         return_token_ids=bool(body.return_token_ids), raw_output=bool(body.raw_output),
         perf_metrics=bool(body.perf_metrics_in_response), timeout=body.timeout,
     )
+
+
+async def answer_grammar(body: Any, server: ServerState) -> Grammar | None:
+    """The grammar of `response_format` (Fireworks' or Friendli's), compiled (400 if it cannot be)."""
+    grammar, where = format_grammar(body.response_format, "response_format")
+    await check_grammar(server, grammar, where)
+    return grammar
 
 
 def choice_count(n: int | None) -> int:

@@ -14,9 +14,11 @@ read here once:
 | `{"type": "regex", "schema": R}` | Friendli | R |
 | `{"type": "grammar", "grammar": G}` | Fireworks (GBNF) | G |
 
-A strict schema is enforced as given, and one llguidance cannot compile is refused. A
-schema that is not strict is compiled leniently (keywords llguidance does not support are
-ignored, the rest enforced), so the answer is still valid JSON shaped by the schema. The
+A strict schema is enforced as given, and one llguidance cannot compile is refused; its
+objects that do not say otherwise are closed (`additionalProperties: false`), since
+OpenAI's strict mode promises exactly the properties the schema lists. A schema that is not
+strict is compiled leniently (keywords llguidance does not support are ignored, the rest
+enforced) and as JSON Schema reads it, so the answer is still valid JSON shaped by it. The
 grammar is compiled before the request is admitted: a bad schema, regex or grammar is a
 400 naming the field, with llguidance's message.
 """
@@ -55,21 +57,50 @@ def format_grammar(value: Any, param: str) -> tuple[Grammar | None, str]:
 
 
 def schema_grammar(schema: Any, strict: bool, param: str) -> Grammar:
-    """The grammar of a JSON schema; one that is not strict is compiled leniently."""
+    """The grammar of a JSON schema: strict, its objects closed; else leniently compiled."""
     if not isinstance(schema, dict):
         raise invalid(param, "the JSON schema must be an object")
-    if not strict:
-        guidance = {**schema.get("x-guidance", {}), "lenient": True}
-        schema = {**schema, "x-guidance": guidance}
-    return Grammar("json_schema", json.dumps(schema))
+    return Grammar("json_schema", json.dumps(enforced_schema(schema, strict)))
+
+
+def enforced_schema(schema: dict, strict: bool) -> dict:
+    """`schema` as it is enforced (see the module docstring)."""
+    if strict:
+        return closed(schema)
+    return {**schema, "x-guidance": {**schema.get("x-guidance", {}), "lenient": True}}
+
+
+OPEN_KEYWORDS = ("additionalProperties", "unevaluatedProperties", "patternProperties")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def closed(schema: Any) -> Any:
+    """A copy of `schema` whose objects allow no property they do not list, unless they say
+    otherwise. Members of `allOf` are left open: each lists only part of the properties."""
+    if not isinstance(schema, dict):
+        return schema
+    result = dict(schema)
+    if "properties" in result and not any(key in result for key in OPEN_KEYWORDS):
+        result["additionalProperties"] = False
+    for key in SUBSCHEMA_MAPS:
+        if isinstance(result.get(key), dict):
+            result[key] = {name: closed(sub) for name, sub in result[key].items()}
+    for key in SUBSCHEMA_LISTS:
+        if isinstance(result.get(key), list):
+            result[key] = [closed(sub) for sub in result[key]]
+    if isinstance(result.get("items"), dict):
+        result["items"] = closed(result["items"])
+    return result
 
 
 def schema_of(data: dict[str, Any], param: str) -> tuple[Any, bool, str]:
     """(schema, strict, its field's path) of a json_schema format in any dialect's shape."""
     nested = data.get("json_schema")
     if isinstance(nested, dict) and ("schema" in nested or "name" in nested):  # OpenAI chat, Friendli
-        return parsed(nested.get("schema", {}), f"{param}.json_schema.schema"), bool(nested.get("strict")), \
-            f"{param}.json_schema.schema"
+        # OpenAI's (which names the format) is strict only when asked; Friendli's has no such flag.
+        strict = bool(nested.get("strict", "name" not in nested))
+        return parsed(nested.get("schema", {}), f"{param}.json_schema.schema"), strict, f"{param}.json_schema.schema"
     if data.get("schema") is not None:  # Fireworks, Responses, Anthropic
         return parsed(data["schema"], f"{param}.schema"), bool(data.get("strict", True)), f"{param}.schema"
     if nested is not None:  # Fireworks: the schema itself, as an object or a JSON string

@@ -18,6 +18,7 @@ import json
 
 import llguidance
 
+from api.core.structured import enforced_schema
 from api.core.tool_format import ToolFormat
 from api.core.tools import Tool, ToolChoice
 from engine.grammar import JSON_LAYOUT, Grammar
@@ -87,11 +88,9 @@ def body_rule(index: int, tool: Tool, fmt: ToolFormat, side_grammars: list[dict]
 
 
 def arguments_schema(tool: Tool) -> dict:
-    """The tool's argument schema with the compact JSON layout; lenient unless strict."""
-    schema = with_layout(tool.arguments_schema)
-    if not tool.strict:
-        schema["x-guidance"]["lenient"] = True
-    return schema
+    """The tool's argument schema as it is enforced (api/core/structured.py), with the
+    compact JSON layout."""
+    return with_layout(enforced_schema(tool.arguments_schema, tool.strict))
 
 
 def with_layout(schema: dict) -> dict:

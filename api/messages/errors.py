@@ -9,7 +9,8 @@ as Anthropic's API pairs them.
 
 Schema violations are 400 invalid_request_error, as Anthropic answers them (its SDK raises
 BadRequestError for them). The message names the field first, as Anthropic's does:
-`max_tokens: Field required`.
+`max_tokens: Field required`; so does any other 400 that blames a field, unless its message
+names it already: "`tool_choice.name`: the tool choice names 'x', which is not among the tools".
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def error_type(status_code: int) -> str:
 
 def anthropic_error(status_code: int, message: str, param: str | None = None, _type: str | None = None,
                     _code: str | None = None) -> dict[str, Any]:
-    """Anthropic's error body; it has no field for the parameter, which the message names."""
+    """Anthropic's error body; it has no field for the parameter, so a 400's message names
+    it first (`tool_choice.name`: ...) unless it names it already."""
+    if status_code == 400 and param and f"`{param}`" not in message:
+        message = f"`{param}`: {message}"
     body = AnthropicErrorResponse(type="error", error=AnthropicError(type=error_type(status_code), message=message))
     return body.model_dump(mode="json", exclude_none=True)
 

@@ -6,19 +6,26 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
 - `service_tier`: `auto` and `standard_only` are both honoured, there being one tier
   (reported as `standard` in usage); `speed`: `standard` only, there being one speed;
   `inference_geo`: `global` only (any region), the server running where it is deployed;
-- tools, forced tool use and thinking: the shared rules of api/core/refusals.py (`tools: []`,
-  `tool_choice` `none` or `auto`, `thinking: {"type": "disabled"}` pass; adaptive thinking
-  is refused like any other);
-- `cache_control` breakpoints, on a block or for the whole request, are honoured by the
-  prefix cache, which keeps every prompt prefix while its pages are free (reported as
+- client tools and `tool_choice` (api/messages/tools.py): calls are constrained by grammar
+  and read back as tool_use blocks (api/messages/tool_calls.py); `strict` tools keep to
+  their schema exactly, others leniently (unsupported keywords skipped); `input_examples`
+  are shown after the tool's description; `eager_input_streaming` asks for nothing (inputs
+  always stream as they are generated); `defer_loading: true` (tool search) and callers
+  other than `direct` (code execution) are refused, as are toolsets (`toolset_name`);
+  earlier `tool_use` and `tool_result` blocks render as history (api/messages/plan.py);
+- thinking: the shared rule of api/core/refusals.py (`thinking: {"type": "disabled"}`
+  passes; adaptive thinking is refused like any other);
+- `cache_control` breakpoints, on a block, a tool or for the whole request, are honoured by
+  the prefix cache, which keeps every prompt prefix while its pages are free (reported as
   cache_read_input_tokens); a `1h` ttl is refused, since nothing keeps a prefix for an hour;
-- `output_config`: an empty one passes; `format` (structured output) is refused, and so is
-  `effort` but for `high`, the level a reply gets when none is asked for;
+- `output_config`: `format` (a JSON schema) constrains the reply's text; `effort` is refused
+  but for `high`, the level a reply gets when none is asked for;
 - `container` (code execution) and `diagnostics` (prompt-cache miss reports) are refused;
 - Fireworks' `raw_output: false` passes, other values are refused;
 - a `system` turn inside `messages` renders as a system message where it stands;
-- image, document, search_result, tool_use, tool_result, thinking, redacted_thinking and
-  Anthropic's hosted-tool blocks are refused: the served models read text only, and tools,
+- image, document, search_result, tool_reference, browser_state, thinking,
+  redacted_thinking and Anthropic's hosted-tool blocks are refused, in messages and in tool
+  results: the served models read text only, and tool search, browser toolsets,
   citations and thinking are not supported.
 """
 
@@ -29,12 +36,14 @@ from api.core.registry import Accepted, ModelFields, Planned, Refused, Registry,
 from api.messages.body import MessagesBody
 from generated.fireworks_streaming import AnthropicMessageRequest
 from generated.flint import (
+    BrowserStateBlockParam,
     CacheControlEphemeral,
     ContainerUploadBlockParam,
     CountMessageTokensRequest,
     CreateMessageRequest,
     DocumentBlockParam,
     ImageBlockParam,
+    JsonOutputFormat,
     MessageParam,
     MessageRequestMetadata,
     OutputConfig,
@@ -44,6 +53,13 @@ from generated.flint import (
     ServerToolUseBlockParam,
     TextBlockParam,
     ThinkingBlockParam,
+    ToolChoiceAny,
+    ToolChoiceAuto,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolInputSchema,
+    ToolParam,
+    ToolReferenceBlockParam,
     ToolResultBlockParam,
     ToolUseBlockParam,
 )
@@ -52,11 +68,19 @@ MESSAGES = "tests/api/test_messages.py::"
 STREAM = "tests/api/test_messages_stream.py::"
 ERRORS = "tests/api/test_messages_errors.py::"
 SDK = "tests/api/test_messages_sdk_fields.py::"
+TOOLS = "tests/api/test_messages_tools.py::"
 RENDERED = Planned("plan.template_conversation",
                    MESSAGES + "test_system_and_text_blocks_render_through_the_chat_template")
 CACHED = Planned("api.core.prompt.chat_prompt_ids", MESSAGES + "test_cache_control_breakpoints_are_served_by_the_prefix_cache")
 LOGGED = Planned("plan.plan_messages", MESSAGES + "test_user_id_is_logged")
 HOSTED_TOOLS = "Anthropic's hosted tools (web search, code execution, ...) are not available on this server"
+READ_TOOL = Planned("tools.read_tool", TOOLS + "test_any_calls_validate_against_their_schemas")
+HISTORY = Planned("plan.turns", TOOLS + "test_tool_history_renders_in_the_default_format")
+FORMAT = Planned("plan.answer_grammar", TOOLS + "test_output_config_format_answers_validate")
+CHOICE = "tools.read_choice"
+ONE_CALL = Planned(CHOICE, TOOLS + "test_disable_parallel_tool_use_allows_one_call")
+TOOLSETS = Refused("toolsets (MCP connectors) are not available on this server")
+CALLER = refusals.refused_unless(f"only the model calls tools here: {HOSTED_TOOLS}", "direct")
 
 REQUEST = ModelFields(CreateMessageRequest, {
     "model": Planned("api.core.pipeline.generate", ERRORS + "test_an_unknown_model_is_a_404_in_anthropics_shape"),
@@ -71,8 +95,8 @@ REQUEST = ModelFields(CreateMessageRequest, {
     "stream": Planned("api.core.pipeline.generate",
                       STREAM + "test_stream_events_come_in_anthropics_order_and_match_the_message"),
     "service_tier": refusals.refused_unless("only the default service tier is served", "auto", "standard_only"),
-    "tools": refusals.NO_TOOLS,
-    "tool_choice": refusals.TOOL_CHOICE,
+    "tools": Planned("tools.messages_tools", TOOLS + "test_any_calls_validate_against_their_schemas"),
+    "tool_choice": Planned(CHOICE, TOOLS + "test_a_named_tool_choice_calls_that_tool"),
     "thinking": refusals.THINKING,
     "cache_control": Planned("api.core.prompt.chat_prompt_ids",
                              SDK + "test_top_level_cache_control_is_served_by_the_prefix_cache"),
@@ -87,19 +111,17 @@ REQUEST = ModelFields(CreateMessageRequest, {
 
 # output_config's options.
 OUTPUT_CONFIG = ModelFields(OutputConfig, {
-    "format": Refused("structured outputs are not served yet"),
+    "format": FORMAT,
     "effort": refusals.refused_unless(
         "effort levels are not supported: the served model has no effort or reasoning control, "
         "so every reply gets the default (`high`)", "high"),
 })
 
-# Blocks a text-only model without tools or thinking cannot take: every field is refused,
-# so whichever the client gives, the 400 names the block's type in its reason.
+# Blocks a text-only model without thinking, citations or hosted tools cannot take: every
+# field is refused, so whichever the client gives, the 400 names the block's type in its reason.
 REFUSED_BLOCKS = {
     ImageBlockParam: f"image blocks cannot be read: {refusals.TEXT_ONLY}",
     DocumentBlockParam: "document blocks cannot be read: the served model takes text blocks only",
-    ToolUseBlockParam: f"tool_use blocks: {refusals.TOOLS}",
-    ToolResultBlockParam: f"tool_result blocks: {refusals.TOOLS}",
     ThinkingBlockParam: f"thinking blocks: {refusals.REASONING}",
     RedactedThinkingBlockParam: f"redacted_thinking blocks: {refusals.REASONING}",
     SearchResultBlockParam: "search_result blocks are not supported: they are there to be cited, and citations "
@@ -107,11 +129,49 @@ REFUSED_BLOCKS = {
     ServerToolUseBlockParam: f"server_tool_use blocks: {HOSTED_TOOLS}",
     ServerToolResultBlockParam: f"hosted-tool result blocks: {HOSTED_TOOLS}",
     ContainerUploadBlockParam: f"container_upload blocks: {HOSTED_TOOLS}",
+    ToolReferenceBlockParam: "tool_reference blocks are not supported: tool search is not available, every tool "
+                             "is in the prompt from the start",
+    BrowserStateBlockParam: "browser_state blocks are not supported: browser toolsets are not available on this "
+                            "server",
 }
+
+
+def every_field(model: type, decision: Planned) -> ModelFields:
+    """A table deciding each field of `model` the same way."""
+    return ModelFields(model, {name: decision for name in model.model_fields})
+
+
+TOOL_TABLES = [
+    ModelFields(ToolParam, {
+        "type": READ_TOOL, "name": READ_TOOL, "description": READ_TOOL, "input_schema": READ_TOOL,
+        "cache_control": Planned("api.core.prompt.chat_prompt_ids",
+                                 TOOLS + "test_tool_cache_control_is_served_by_the_prefix_cache"),
+        "strict": Planned("tools.read_tool", TOOLS + "test_strict_tools_keep_to_their_schema"),
+        "input_examples": Planned("tools.described", TOOLS + "test_input_examples_follow_the_description"),
+        "defer_loading": refusals.refused_unless("tool search is not available: every tool is in the prompt "
+                                                 "from the start", False),
+        "eager_input_streaming": Accepted("a tool's input always streams as it is generated, in fragments that "
+                                          "concatenate to the whole input, which either value allows"),
+        "allowed_callers": refusals.refused_unless(f"only the model calls tools here: {HOSTED_TOOLS}", ["direct"]),
+    }),
+    every_field(ToolInputSchema, READ_TOOL),
+    every_field(ToolChoiceAuto, Planned(CHOICE, TOOLS + "test_auto_answers_text_or_calls_that_validate")),
+    every_field(ToolChoiceAny, Planned(CHOICE, TOOLS + "test_any_calls_validate_against_their_schemas")),
+    every_field(ToolChoiceTool, Planned(CHOICE, TOOLS + "test_a_named_tool_choice_calls_that_tool")),
+    every_field(ToolChoiceNone, Planned(CHOICE, TOOLS + "test_none_answers_text_with_the_tools_in_the_prompt")),
+    *[ModelFields(choice_cls, {"disable_parallel_tool_use": ONE_CALL})
+      for choice_cls in (ToolChoiceAuto, ToolChoiceAny, ToolChoiceTool)],
+    ModelFields(ToolUseBlockParam, {"type": HISTORY, "id": HISTORY, "name": HISTORY, "input": HISTORY,
+                                    "cache_control": CACHED, "caller": CALLER, "toolset_name": TOOLSETS}),
+    ModelFields(ToolResultBlockParam, {"type": HISTORY, "tool_use_id": HISTORY, "content": HISTORY,
+                                       "is_error": HISTORY, "cache_control": CACHED, "toolset_name": TOOLSETS}),
+    every_field(JsonOutputFormat, FORMAT),
+]
 
 REGISTRY = Registry([
     REQUEST,
     OUTPUT_CONFIG,
+    *TOOL_TABLES,
     # The route's body (api/messages/body.py): Anthropic's fields as above plus Fireworks' raw_output.
     ModelFields(MessagesBody, like=CreateMessageRequest, fields={
         "raw_output": Refused("raw_output is not available on /v1/messages", bool),

@@ -1,10 +1,12 @@
 """A generated reply as an Anthropic Message, whole or as its stream of events.
 
 The stream is message_start (the message with empty content and no stop reason yet),
-content_block_start, one content_block_delta (text_delta) per piece of text,
-content_block_stop, message_delta (stop_reason, stop_sequence, usage) and message_stop;
-api/core/sse.py sends each with an `event:` line naming its type. A generation that breaks off
-mid-stream ends with an `error` event instead, as Anthropic's streams do.
+then each content block: content_block_start, one content_block_delta per piece of it
+(text_delta, or input_json_delta for a tool call's input), content_block_stop; then
+message_delta (stop_reason, stop_sequence, usage) and message_stop. api/core/sse.py sends
+each with an `event:` line naming its type. A generation that breaks off mid-stream ends
+with an `error` event instead, as Anthropic's streams do. A reply that may call tools is
+read into text and tool_use blocks by api/messages/tool_calls.py.
 
 Usage follows Anthropic's split of the prompt: `cache_read_input_tokens` are the prompt
 tokens the prefix cache already held, `input_tokens` the rest; nothing is ever written to
@@ -25,10 +27,9 @@ from api.messages.errors import error_type
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
 from api.core.usage import Usage
 from api.messages.plan import MessagesPlan
+from api.messages.tool_calls import StreamBlocks, answer_blocks
 from generated.flint import (
     AnthropicError,
-    ContentBlockDeltaEvent,
-    ContentBlockStartEvent,
     ContentBlockStopEvent,
     ErrorEvent,
     Message,
@@ -39,8 +40,6 @@ from generated.flint import (
     MessageStopEvent,
     MessageUsage,
     StopReason,
-    TextBlock,
-    TextDelta,
 )
 
 SERVICE_TIER = "standard"  # the one tier this server has
@@ -59,8 +58,13 @@ class MessageIdentity:
         return cls(id=f"msg_{generation.request_id}", model=generation.server.model.id)
 
 
-def stop_reason(finish_reason: str | None, stop: str | None) -> StopReason | None:
-    return StopReason.STOP_SEQUENCE if stop is not None else STOP_REASONS.get(finish_reason)
+def stop_reason(finish_reason: str | None, stop: str | None, called: bool = False) -> StopReason | None:
+    """Anthropic's stop reason: a reply that ends naturally after tool calls stops with tool_use."""
+    if stop is not None:
+        return StopReason.STOP_SEQUENCE
+    if called and finish_reason == "stop":
+        return StopReason.TOOL_USE
+    return STOP_REASONS.get(finish_reason)
 
 
 def message_usage(usage: Usage) -> MessageUsage:
@@ -69,14 +73,15 @@ def message_usage(usage: Usage) -> MessageUsage:
                         cache_read_input_tokens=usage.num_cached_tokens, service_tier=SERVICE_TIER)
 
 
-def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage) -> Message:
+def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage, plan: MessagesPlan | None = None
+            ) -> Message:
     """The whole reply; a generation that broke off is a 503 (a Message cannot say so)."""
     if result.finish_reason == "error":
         raise generation_cut_off()
-    return Message(id=identity.id, type="message", role="assistant", model=identity.model,
-                   content=[TextBlock(type="text", text=result.text)],
-                   stop_reason=stop_reason(result.finish_reason, result.stop_string), stop_sequence=result.stop_string,
-                   usage=message_usage(usage))
+    blocks, called = answer_blocks(result.text, plan.tool_format if plan is not None else None)
+    return Message(id=identity.id, type="message", role="assistant", model=identity.model, content=blocks,
+                   stop_reason=stop_reason(result.finish_reason, result.stop_string, called),
+                   stop_sequence=result.stop_string, usage=message_usage(usage))
 
 
 def error_event(error: ApiError) -> ErrorEvent:
@@ -86,7 +91,7 @@ def error_event(error: ApiError) -> ErrorEvent:
 
 async def whole(plan: MessagesPlan, generation: Generation, results: list[ChoiceResult]) -> Response:
     [result] = results
-    reply = message(MessageIdentity.of(generation), result, generation.usage)
+    reply = message(MessageIdentity.of(generation), result, generation.usage, plan)
     return Response(reply.model_dump(mode="json", exclude_unset=True))
 
 
@@ -95,19 +100,19 @@ async def stream(plan: MessagesPlan, generation: Generation) -> AsyncIterator[py
     refused before any output is an HTTP error rather than a broken stream (api/core/sse.py
     `prefetched`), and message_start can report the prompt's token counts."""
     identity = MessageIdentity.of(generation)
+    blocks = StreamBlocks(plan.tool_format)
     async with aclosing(generation.events()) as events:
         started = False
         async for event in events:
             if not started:
                 started = True
                 yield message_start(identity, generation.usage)
-                yield ContentBlockStartEvent(type="content_block_start", index=0,
-                                             content_block=TextBlock(type="text", text=""))
-            if event.text:
-                yield ContentBlockDeltaEvent(type="content_block_delta", index=0,
-                                             delta=TextDelta(type="text_delta", text=event.text))
+                for opening in blocks.start():
+                    yield opening
+            for block_event in blocks.feed(event.text, final=event.finish_reason is not None):
+                yield block_event
             if event.finish_reason is not None:
-                for closing in closing_events(event, generation.usage):
+                for closing in closing_events(event, generation.usage, blocks):
                     yield closing
                 return
 
@@ -119,15 +124,18 @@ def message_start(identity: MessageIdentity, usage: Usage) -> MessageStartEvent:
     return MessageStartEvent(type="message_start", message=started)
 
 
-def closing_events(last: ChoiceEvent, usage: Usage) -> list[pydantic.BaseModel]:
-    """What follows the last text: the block's end, the stop reason and counts, the end."""
+def closing_events(last: ChoiceEvent, usage: Usage, blocks: StreamBlocks | None = None) -> list[pydantic.BaseModel]:
+    """What follows the last text: the last block's end, the stop reason and counts, the end
+    (`blocks`: the reply's; None: one text block, at index 0)."""
     if last.finish_reason == "error":
         return [ErrorEvent(type="error", error=AnthropicError(type="api_error", message=BROKEN_OFF))]
     counts = message_usage(usage)
+    stops = blocks.finish() if blocks is not None else [ContentBlockStopEvent(type="content_block_stop", index=0)]
+    called = blocks is not None and blocks.called
     return [
-        ContentBlockStopEvent(type="content_block_stop", index=0),
+        *stops,
         MessageDeltaEvent(type="message_delta",
-                          delta=MessageDelta(stop_reason=stop_reason(last.finish_reason, last.stop_string),
+                          delta=MessageDelta(stop_reason=stop_reason(last.finish_reason, last.stop_string, called),
                                              stop_sequence=last.stop_string),
                           usage=MessageDeltaUsage(output_tokens=counts.output_tokens,
                                                   input_tokens=counts.input_tokens,

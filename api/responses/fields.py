@@ -2,12 +2,15 @@
 items, their content parts and the nested option objects.
 
 Decisions beyond the spec (values that ask for what this server does anyway pass):
-- `function_call_output` items render as `tool` messages (their `call_id` as the message's
-  `tool_call_id`), so a client that runs tools itself can hand their results to the model;
-  `function_call`, `reasoning` and `item_reference` input items are refused;
-- tools, formats, reasoning and the service tier: the shared rules of api/core/refusals.py;
+- function tools (api/responses/tools.py) and `text.format` (api/core/structured.py)
+  constrain the answer by grammar; calls come back as `function_call` items
+  (api/responses/tool_calls.py); `include` logprobs with tools is a 400;
+- `function_call` input items join the assistant message before them as its `tool_calls`,
+  and `function_call_output` items render as `tool` messages (their `call_id` as the
+  message's `tool_call_id`); `reasoning` and `item_reference` input items are refused;
+- reasoning and the service tier: the shared rules of api/core/refusals.py;
   `truncation`: `disabled` (a prompt too long for the context is a 400); `background`:
-  false; `text.verbosity`: `medium`; `max_tool_calls`: any (with no tools, no calls);
+  false; `text.verbosity`: `medium`;
 - `include`: only `message.output_text.logprobs`, with `top_logprobs` alternatives;
 - the `id`, `status`, `annotations` and `logprobs` of items given back as input are kept
   with the stored input items (listed by GET /v1/responses/{id}/input_items), and do not
@@ -17,7 +20,7 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
 from __future__ import annotations
 
 from api.core import refusals
-from api.core.registry import Accepted, ModelFields, Planned, Refused, Registry, Sampled
+from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled
 from generated import fireworks_streaming
 from generated.flint import (
     CreateResponseRequest,
@@ -25,6 +28,7 @@ from generated.flint import (
     FileCitationAnnotation,
     FilePathAnnotation,
     FunctionCallOutputItem,
+    FunctionTool,
     FunctionToolCall,
     InputFileContent,
     InputImageContent,
@@ -38,7 +42,11 @@ from generated.flint import (
     ResponseLogProb,
     ResponseStreamOptions,
     ResponseTextConfig,
+    ResponseToolChoiceFunction,
     ResponseTopLogProb,
+    TextFormatJsonObject,
+    TextFormatJsonSchema,
+    TextFormatText,
     UrlCitationAnnotation,
 )
 
@@ -46,12 +54,24 @@ BASIC = "tests/api/test_responses.py::"
 STREAM = "tests/api/test_responses_stream.py::"
 STORED = "tests/api/test_responses_store.py::"
 REFUSALS = "tests/api/test_responses_refusals.py::"
+TOOLS = "tests/api/test_responses_tools.py::"
+FORMATS = "tests/api/test_responses_formats.py::"
 RENDERED = Planned("input.item_message", BASIC + "test_input_items_render_through_the_chat_template")
 KEPT = Planned("input.stored_item", STORED + "test_input_items_keep_what_the_client_gave")
 ECHOED = Planned("render.settings_of", BASIC + "test_the_response_echoes_its_settings")
 TOOL_OUTPUT = Planned("input.item_message", BASIC + "test_function_call_output_renders_as_a_tool_message")
 NON_TEXT = Planned("input.part_text", REFUSALS + "test_image_and_file_parts_are_refused")
+READ_TOOL = Planned("tools.read_tool", TOOLS + "test_required_calls_validate_against_their_schemas")
+NAMED = Planned("tools.read_choice", TOOLS + "test_a_named_tool_choice_calls_that_tool")
+CALL_HISTORY = Planned("input.add_call", TOOLS + "test_function_call_items_render_as_history")
+SCHEMA_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_schema_answers_validate")
+OBJECT_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_object_answers_are_objects")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def every_field(model: type, decision: Planned) -> ModelFields:
+    """A table deciding each field of `model` the same way."""
+    return ModelFields(model, {name: decision for name in model.model_fields})
 
 
 def unless_logprobs_include(value) -> bool:
@@ -78,10 +98,10 @@ REQUEST = ModelFields(CreateResponseRequest, {
     "text": ECHOED,
     "reasoning": ECHOED,
     "include": Refused(f"only {LOGPROBS_INCLUDE!r} can be included here", unless_logprobs_include),
-    "tools": refusals.NO_TOOLS,
-    "tool_choice": refusals.TOOL_CHOICE,
-    "parallel_tool_calls": refusals.PARALLEL_TOOL_CALLS,
-    "max_tool_calls": Accepted("with no tools there are no tool calls to count"),
+    "tools": Planned("tools.response_tools", TOOLS + "test_required_calls_validate_against_their_schemas"),
+    "tool_choice": NAMED,
+    "parallel_tool_calls": Planned("tools.read_choice", TOOLS + "test_without_parallel_calls_there_is_one_call"),
+    "max_tool_calls": Planned("tools.read_choice", TOOLS + "test_max_tool_calls_bounds_the_calls"),
     "background": Refused("background responses are not supported", lambda value: value is True),
     "truncation": refusals.refused_unless("a conversation is never truncated: one that does not fit is refused",
                                           "disabled"),
@@ -92,7 +112,8 @@ REGISTRY = Registry([
     REQUEST,
     # The AsyncAPI (Fireworks streaming) body of the same route is a subset of OpenAI's.
     ModelFields(fireworks_streaming.ResponseRequest, like=CreateResponseRequest),
-    ModelFields(ResponseTextConfig, {"format": refusals.TEXT_FORMAT,
+    ModelFields(ResponseTextConfig, {"format": Planned("plan.checked_grammar",
+                                                       FORMATS + "test_json_schema_answers_validate"),
                                      "verbosity": refusals.refused_unless("verbosity controls are not supported",
                                                                           "medium")}),
     ModelFields(ReasoningConfig, {
@@ -105,8 +126,16 @@ REGISTRY = Registry([
     ModelFields(OutputMessage, {"type": RENDERED, "role": RENDERED, "content": RENDERED, "id": KEPT, "status": KEPT}),
     ModelFields(FunctionCallOutputItem, {"type": TOOL_OUTPUT, "call_id": TOOL_OUTPUT, "output": TOOL_OUTPUT,
                                          "id": KEPT, "status": KEPT}),
+    every_field(TextFormatText, Planned("api.core.structured.format_grammar",
+                                        BASIC + "test_the_response_echoes_its_settings")),
+    every_field(TextFormatJsonSchema, SCHEMA_FORMAT),
+    every_field(TextFormatJsonObject, OBJECT_FORMAT),
+    ModelFields(FunctionTool, {"type": READ_TOOL, "name": READ_TOOL, "description": READ_TOOL, "parameters": READ_TOOL,
+                               "strict": Planned("tools.read_tool", TOOLS + "test_strict_tools_keep_to_their_schema")}),
+    every_field(ResponseToolChoiceFunction, NAMED),
+    ModelFields(FunctionToolCall, {"type": CALL_HISTORY, "call_id": CALL_HISTORY, "name": CALL_HISTORY,
+                                   "arguments": CALL_HISTORY, "id": KEPT, "status": KEPT}),
     *[ModelFields(item_cls, {name: reason for name in item_cls.model_fields}) for item_cls, reason in (
-        (FunctionToolCall, f"function_call input items need tools: {refusals.TOOLS}"),
         (ReasoningItem, f"reasoning input items: {refusals.REASONING}"),
         (ItemReference, "item references are not supported: continue a stored conversation with "
                         "`previous_response_id`"))],

@@ -6,8 +6,11 @@ written as one text part, which is the shape GET /v1/responses/{id}/input_items 
 
 For the prompt, items become chat messages (api/core/prompt.py renders them): a message
 keeps its role and its text parts joined; an earlier answer's output_text and refusal parts
-count as the assistant's text; a `function_call_output` becomes a `tool` message whose
-`tool_call_id` is the item's `call_id`. Image and file parts are refused (text-only model).
+count as the assistant's text; a `function_call` (a call the model made earlier) joins the
+assistant message before it as one of its `tool_calls` (consecutive calls make one
+assistant message), and a `function_call_output` becomes a `tool` message whose
+`tool_call_id` is the item's `call_id` (api/core/tool_prompt.py renders both). Image and
+file parts are refused (text-only model).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ Item = dict[str, Any]
 TEXT_PART_FIELDS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 NON_TEXT_PARTS = {"input_image": "image", "input_file": "file"}
 # The prefix of the ids this server gives items, by item type (as OpenAI's ids read).
-ID_PREFIXES = {"message": "msg", "function_call_output": "fco"}
+ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
 def new_id(prefix: str) -> str:
@@ -60,9 +63,23 @@ def chat_messages(instructions: str | None, history: Sequence[Item], items: Sequ
     """The chat messages of a prompt: instructions first (as a developer message, which a
     template without that role reads as system), then the earlier turns, then this input."""
     messages = [{"role": "developer", "content": instructions}] if instructions else []
-    messages += [item_message(item, None) for item in history]
-    messages += [item_message(item, index) for index, item in enumerate(items)]
+    for item, index in [*((item, None) for item in history), *((item, i) for i, item in enumerate(items))]:
+        if item["type"] == "function_call":
+            add_call(messages, item)
+        else:
+            messages.append(item_message(item, index))
     return messages
+
+
+def add_call(messages: list[Item], item: Mapping[str, Any]) -> None:
+    """A function_call item as one of the `tool_calls` of the assistant message before it
+    (a new one unless the last message is the assistant's)."""
+    call = {"id": item["call_id"], "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]}}
+    if not messages or messages[-1]["role"] != "assistant":
+        messages.append({"role": "assistant", "content": None})
+    last = messages[-1]
+    last["tool_calls"] = [*last.get("tool_calls", []), call]
 
 
 def item_message(item: Mapping[str, Any], index: int | None) -> Item:

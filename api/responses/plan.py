@@ -1,13 +1,16 @@
 """A Responses API request body to the engine request of its one answer.
 
-The conversation (a stored predecessor's turns, then the instructions and this input)
-becomes prompt ids through the chat template (api/core/prompt.py), and the sampling fields
-one SamplingParams. `max_output_tokens` is an upper bound: the answer also stops at the end
-of the context window.
+The conversation (a stored predecessor's turns, then the instructions and this input) and
+the tools (api/responses/tools.py) become prompt ids through the chat template
+(api/core/prompt.py), and the sampling fields one SamplingParams. `text.format` or the
+tools make the grammar the answer is constrained by (api/core/structured.py,
+api/core/tool_grammar.py). `max_output_tokens` is an upper bound: the answer also stops at
+the end of the context window.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +20,17 @@ from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
 from api.core.prompt import chat_prompt_ids
 from api.core.sampling import check_count, choice_seed_list, engine_values
+from api.core.structured import check_grammar, check_tool_grammars, format_grammar
+from api.core.tool_format import ToolFormat
+from api.core.tool_grammar import tool_grammar
+from api.core.tool_prompt import answer_format
 from api.responses.body import MODELS
 from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
 from api.responses.input import Item, chat_messages, request_items
 from api.responses.store import conversation_of, previous_response
+from api.responses.tools import SCHEMA_PATH, ResponseTools, response_tools
 from api.core.state import ServerState
+from engine.grammar import Grammar
 from engine.sampling.params import MAX_LOGPROBS
 from generated.flint import CreateResponseRequest
 
@@ -42,6 +51,8 @@ class ResponsePlan:
     choices: list[ChoiceRequest]  # the one answer
     logprobs: bool  # output_text parts carry logprobs
     timeout: float | None = None
+    tools: ResponseTools | None = None  # the answer may hold calls, in `tool_format`
+    tool_format: ToolFormat | None = None
 
     @property
     def stream(self) -> bool:
@@ -66,11 +77,40 @@ async def plan_response(request: CreateResponseRequest, server: ServerState) -> 
     previous = await previous_response(server, request.previous_response_id)
     history = conversation_of(previous) if previous is not None else []
     items = request_items(request)
-    prompt_ids = await chat_prompt_ids(server, chat_messages(request.instructions, history, items), param="input")
-    choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids,
+    tools = response_tools(request)
+    prompt_ids = await chat_prompt_ids(server, chat_messages(request.instructions, history, items), param="input",
+                                       tools=tools.tools if tools else None)
+    tool_format = answer_format(server.tokenizer.chat_template) if tools else None
+    grammar = await checked_grammar(server, request, tools, tool_format)
+    choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids, grammar=grammar,
                            **sampling_of(request, server, server.max_model_len - len(prompt_ids)))
+    logprobs = choice.sampling.logprobs is not None
+    if logprobs and tools is not None:
+        raise invalid("include", f"`{LOGPROBS_INCLUDE}` cannot be combined with tools: an answer's tokens "
+                                 "may hold both text and calls")
     return ResponsePlan(request=request, body=fields, history=history, input_items=items, choices=[choice],
-                        logprobs=choice.sampling.logprobs is not None)
+                        logprobs=logprobs, tools=tools, tool_format=tool_format)
+
+
+async def checked_grammar(server: ServerState, request: CreateResponseRequest, tools: ResponseTools | None,
+                          tool_format: ToolFormat | None) -> Grammar | None:
+    """The answer's grammar, compiled before admission: a bad text format or tool schema is
+    a 400 naming its field."""
+    text_format, where = format_grammar(request.text.format if request.text else None, "text.format")
+    await check_grammar(server, text_format, where)
+    if tools is None:
+        return text_format
+    await check_tool_grammars(server, list(tools.given), SCHEMA_PATH)
+    grammar = answer_grammar(text_format, tools, tool_format)
+    await check_grammar(server, grammar, "tools")
+    return grammar
+
+
+def answer_grammar(text_format: Grammar | None, tools: ResponseTools, tool_format: ToolFormat) -> Grammar:
+    """The grammar of an answer that may call tools; under auto, one with a JSON text format
+    is either that JSON or calls."""
+    schema = json.loads(text_format.text) if text_format is not None and tools.choice.mode == "auto" else None
+    return tool_grammar(tools.tools, tools.choice, tool_format, schema)
 
 
 def sampling_of(request: CreateResponseRequest, server: ServerState, room: int) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Objects are built as JSON dicts and checked against the generated `Response` mod
 stored response, a streamed event's response and a returned one are the same data.
 Status: `completed` when the model ended its answer; `incomplete`, with
 `incomplete_details.reason` `max_output_tokens`, when the token limit (or the end of the
-context window) cut it; `failed`, with `error`, when generation broke off.
+context window) cut it; `failed`, with `error`, when generation broke off. An answer that
+may call tools has its calls as `function_call` items after the message
+(api/responses/tool_calls.py).
 
 The stream, each event carrying `sequence_number` 0, 1, 2, ... (sent with an `event:` line
 naming its type, api/core/sse.py):
@@ -14,6 +16,7 @@ naming its type, api/core/sse.py):
     response.content_part.added                       its output_text part, empty
     response.output_text.delta ...                    the text as it comes
     response.output_text.done, response.content_part.done, response.output_item.done
+    (with tools: the message opens at the first text, then each call's events)
     response.completed | response.incomplete          the final response, with usage
 
 A response is stored before its last event is sent (or before it is returned). When
@@ -39,6 +42,7 @@ from api.core.usage import Usage
 from api.responses.input import new_id
 from api.responses.plan import ResponsePlan
 from api.responses.store import save_response
+from api.responses.tool_calls import CallEvents, answer_items
 from api.core.state import ServerState
 from engine.request import TokenLogprob
 from engine.tokenizer import Tokenizer
@@ -88,12 +92,20 @@ def settings_of(plan: ResponsePlan) -> Json:
         "temperature": sampling.temperature, "top_p": sampling.top_p, "top_logprobs": request.top_logprobs,
         "max_output_tokens": request.max_output_tokens, "metadata": plan.body.get("metadata") or {},
         "store": request.store is not False, "background": False, "service_tier": SERVICE_TIER,
-        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "text": {"format": text_format(request), "verbosity": "medium"},
         "reasoning": {"effort": (plan.body.get("reasoning") or {}).get("effort"), "summary": None},
-        "tool_choice": plan.body.get("tool_choice") or "auto", "tools": [], "parallel_tool_calls": True,
-        "max_tool_calls": None, "truncation": "disabled", "user": request.user,
+        "tool_choice": plan.body.get("tool_choice") or "auto",
+        "tools": [tool.model_dump(mode="json") for tool in request.tools or []],
+        "parallel_tool_calls": request.parallel_tool_calls is not False, "max_tool_calls": request.max_tool_calls,
+        "truncation": "disabled", "user": request.user,
         "safety_identifier": request.safety_identifier, "prompt_cache_key": request.prompt_cache_key,
     }
+
+
+def text_format(request) -> Json:
+    """`text.format` as in effect: the one given (its defaults filled in), else text."""
+    given = request.text.format if request.text else None
+    return given.model_dump(mode="json", by_alias=True, exclude_none=True) if given else {"type": "text"}
 
 
 def output_message(identity: ResponseIdentity, status: str, parts: list[Json]) -> Json:
@@ -150,7 +162,9 @@ async def whole(plan: ResponsePlan, generation: Generation, results: list[Choice
         raise generation_cut_off()
     logprobs = logprob_entries(server.tokenizer, result.logprobs) if plan.logprobs else None
     identity = ResponseIdentity.of(generation)
-    output = [output_message(identity, status, [output_text_part(result.text, logprobs)])]
+    message = lambda text, item_status: output_message(identity, item_status, [output_text_part(text, logprobs)])
+    output = [message(result.text, status)] if plan.tools is None else \
+        answer_items(result.text, plan.tool_format, status, message)
     response = response_object(identity, plan, status, output, usage_object(generation.usage))
     await keep(server, plan, response)
     return Response(response)
@@ -177,6 +191,10 @@ class ResponseEventWriter:
         self.sequence_number = 0
         self.text = ""
         self.logprobs: list[Json] | None = [] if plan.logprobs else None
+        self.items: list[Json] = []  # the output items closed so far
+        self.message_open = False
+        self.include_obfuscation = plan.include_obfuscation
+        self.calls = CallEvents(self, plan.tool_format) if plan.tools is not None else None
 
     async def events(self, generation: Generation) -> AsyncIterator[Json]:
         """Every event of the stream. The opening events wait for the engine's first output,
@@ -218,47 +236,62 @@ class ResponseEventWriter:
         return event
 
     def opening_events(self) -> list[Json]:
+        """The response's opening; the message opens with it unless the answer may hold calls
+        (then it opens at the first text)."""
         empty = response_object(self.identity, self.plan, "in_progress", [])
-        place = {"item_id": self.identity.message_id, "output_index": 0, "content_index": 0}
+        opening = [self.event("response.created", response=empty), self.event("response.in_progress", response=empty)]
+        return opening if self.calls is not None else opening + self.open_message()
+
+    def place(self) -> Json:
+        return {"item_id": self.identity.message_id, "output_index": len(self.items), "content_index": 0}
+
+    def open_message(self) -> list[Json]:
+        self.message_open = True
+        place = self.place()
         return [
-            self.event("response.created", response=empty),
-            self.event("response.in_progress", response=empty),
-            self.event("response.output_item.added", output_index=0,
+            self.event("response.output_item.added", output_index=place["output_index"],
                        item=output_message(self.identity, "in_progress", [])),
             self.event("response.content_part.added", **place,
                        part=output_text_part("", [] if self.logprobs is not None else None)),
         ]
 
     def deltas(self, event: ChoiceEvent) -> list[Json]:
+        if self.calls is not None:
+            return self.calls.feed(event.text, final=event.finish_reason is not None)
         if not event.text and not (self.logprobs is not None and event.logprobs):
             return []
         logprobs = []
         if self.logprobs is not None:
             logprobs = logprob_entries(self.server.tokenizer, event.logprobs or [])
             self.logprobs += logprobs
-        self.text += event.text
-        delta = self.event("response.output_text.delta", item_id=self.identity.message_id, output_index=0,
-                           content_index=0, delta=event.text, logprobs=logprobs)
-        if self.plan.include_obfuscation:
+        return [self.text_delta(event.text, logprobs)]
+
+    def text_delta(self, text: str, logprobs: list[Json]) -> Json:
+        self.text += text
+        delta = self.event("response.output_text.delta", **self.place(), delta=text, logprobs=logprobs)
+        if self.include_obfuscation:
             delta["obfuscation"] = obfuscation_padding()
-        return [delta]
+        return delta
 
     def closing_events(self, status: str) -> list[Json]:
-        place = {"item_id": self.identity.message_id, "output_index": 0, "content_index": 0}
+        return self.calls.close(status) if self.calls is not None else self.close_message(status)
+
+    def close_message(self, status: str) -> list[Json]:
+        place = self.place()
         part = output_text_part(self.text, self.logprobs)
+        item = output_message(self.identity, status, [part])
+        self.items.append(item)
+        self.message_open = False
         return [
             self.event("response.output_text.done", **place, text=self.text, logprobs=self.logprobs or []),
             self.event("response.content_part.done", **place, part=part),
-            self.event("response.output_item.done", output_index=0, item=self.output_item(status)),
+            self.event("response.output_item.done", output_index=place["output_index"], item=item),
         ]
-
-    def output_item(self, status: str) -> Json:
-        return output_message(self.identity, status, [output_text_part(self.text, self.logprobs)])
 
     def final_response(self, status: str, generation: Generation, error: Json | None = None) -> Json:
         if status == "failed" and error is None:
             error = failure()
-        output = [self.output_item(status)] if status != "failed" else []
+        output = self.items if status != "failed" else []
         return response_object(self.identity, self.plan, status, output, usage_object(generation.usage), error)
 
     def final_event(self, status: str, generation: Generation, error: Json | None = None) -> Json:

@@ -7,6 +7,7 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from api.settings import Settings
+from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.request import Request
 from engine.tokenizer import Tokenizer
@@ -44,6 +45,16 @@ def shared_tiny_client(tiny_app_factory):
     (each app compiles its engine, which costs tens of seconds on a small CPU)."""
     with TestClient(app=tiny_app_factory()) as client:
         wait_until_serving(client, timeout=600)  # a generous bound: the machine may be busy
+        yield client
+
+
+@pytest.fixture(scope="session")
+def tools_tiny_client(tiny_app_factory):
+    """A tiny-model app with room for a tools preamble (512 tokens of context), shared by the
+    tool-calling tests of every dialect."""
+    config = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128, num_pages=320)
+    with TestClient(app=tiny_app_factory(Settings(engine=config))) as client:
+        wait_until_serving(client, timeout=600)
         yield client
 
 

@@ -27,9 +27,11 @@ def test_every_role_renders_through_the_chat_template(client, engine_requests, s
         {"role": "function", "content": "42", "name": "multiply"},
         {"role": "user", "content": "So?"},
     ]
-    # SmolLM2's template knows neither developer nor function: they arrive as system and tool.
-    equivalent = [{**m, "role": {"developer": "system", "function": "tool"}.get(m["role"], m["role"])}
-                  for m in messages]
+    # SmolLM2's template knows neither developer nor function: they arrive as system and tool,
+    # and a template that renders no tools gets tool results as user turns in Flint's default
+    # format (api/core/tool_prompt.py).
+    equivalent = [{**m, "role": {"developer": "system"}.get(m["role"], m["role"])} for m in messages]
+    equivalent[4:6] = [{"role": "user", "content": "<tool_response>\n42\n</tool_response>"}] * 2
     reply = ChatCompletion.model_validate(chat(client, messages=messages))
     expected = rendered_ids(smollm2_tokenizer, equivalent)
     assert [r.prompt_token_ids for r in engine_requests] == [expected]

@@ -12,7 +12,6 @@ IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"
 AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
 FILE = {"type": "file", "file": {"file_id": "file-1"}}
 TOOL = {"type": "function", "function": {"name": "add"}}
-TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
 
 
 def user_parts(*parts) -> list[dict]:
@@ -57,13 +56,13 @@ REFUSALS = [
     (body(messages=user_parts(AUDIO)), 400, "messages.[0].content.[1].input_audio"),
     (body(messages=user_parts(FILE)), 400, "messages.[0].content.[1].file"),
     (body(model="gpt-17"), 404, "model"),
-    (body(tools=[TOOL]), 400, "tools"),
+    (body(tools=[{"type": "function", "function": {"name": "bad name"}}]), 400, "tools.[0].function.name"),
     (body(tool_choice="required"), 400, "tool_choice"),
-    (body(functions=[{"name": "add"}]), 400, "functions"),
+    (body(functions=[{"name": "add"}], tools=[TOOL]), 400, "functions"),
     (body(function_call={"name": "add"}), 400, "function_call"),
-    (body(messages=[*USER_HI, {"role": "assistant", "tool_calls": [TOOL_CALL]}]), 400, "messages.[1].tool_calls"),
     (body(messages=[*USER_HI, {"role": "assistant", "audio": {"id": "a"}}]), 400, "messages.[1].audio"),
-    (body(response_format={"type": "json_object"}), 400, "response_format"),
+    (body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}),
+     400, "response_format.json_schema.schema"),
     (body(reasoning_effort="high"), 400, "reasoning_effort"),
     (body(verbosity="high"), 400, "verbosity"),
     (body(modalities=["text", "audio"]), 400, "modalities"),

@@ -12,12 +12,8 @@ import re
 
 import jsonschema
 import pytest
-from litestar.testing import TestClient
 
-from api.settings import Settings
-from api_helpers import wait_until_serving
 from chat_helpers import MODEL_ID, URL, sse_payloads
-from engine.config import EngineConfig
 
 WEATHER = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
                                             "days": {"type": "integer", "minimum": 1, "maximum": 7}},
@@ -31,12 +27,8 @@ SQL_GRAMMAR = 'start: "SELECT " COLUMN " FROM t"\nCOLUMN: /[a-z]{1,8}/'
 
 
 @pytest.fixture(scope="module")
-def client(tiny_app_factory):
-    """A tiny-model app with room for the tools' preamble."""
-    config = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128, num_pages=320)
-    with TestClient(app=tiny_app_factory(Settings(engine=config))) as client:
-        wait_until_serving(client, timeout=600)
-        yield client
+def client(tools_tiny_client):
+    return tools_tiny_client
 
 
 def ask(client, **fields) -> dict:

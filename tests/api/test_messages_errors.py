@@ -50,23 +50,24 @@ def user_blocks(*blocks) -> list[dict]:
 
 
 @pytest.mark.parametrize("fields, param, why", [
-    ({"tools": [TOOL]}, "tools", "tool calling"),
-    ({"tool_choice": {"type": "any"}}, "tool_choice", "tool calling"),
-    ({"tool_choice": {"type": "tool", "name": "add"}}, "tool_choice", "tool calling"),
+    ({"tools": [{**TOOL, "defer_loading": True}]}, "tools.[0].defer_loading", "tool search"),
+    ({"tool_choice": {"type": "any"}}, "tool_choice", "no tools"),
+    ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "sub"}}, "tool_choice.name", "not among the tools"),
     ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking", "thinking"),
     ({"messages": user_blocks(IMAGE)}, "messages.[0].content.[1].source", "image"),
     ({"messages": user_blocks(DOCUMENT)}, "messages.[0].content.[1].source", "document"),
-    ({"messages": [*USER_HI, {"role": "assistant", "content": [TOOL_USE]}]}, "messages.[1].content.[0].id",
-     "tool_use"),
-    ({"messages": user_blocks(TOOL_RESULT)}, "messages.[0].content.[1].content", "tool_result"),
+    ({"messages": [*USER_HI, {"role": "assistant", "content": [{**TOOL_USE, "toolset_name": "calc"}]}]},
+     "messages.[1].content.[0].toolset_name", "toolsets"),
+    ({"messages": user_blocks({**TOOL_RESULT, "content": [{"type": "tool_reference", "tool_name": "add"}]})},
+     "messages.[0].content.[1].content.[0].tool_name", "tool_reference"),
     ({"messages": [*USER_HI, {"role": "assistant", "content": [THINKING]}]}, "messages.[1].content.[0].signature",
      "thinking"),
     ({"system": [{"type": "text", "text": "Hi", "citations": [{"type": "char_location"}]}]},
      "system.[0].citations", "citations"),
     ({"system": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
      "system.[0].cache_control.ttl", "hour"),
-    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_config.format",
-     "structured output"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "string", "pattern": "(a"}}}},
+     "output_config.format.schema", "cannot be used to constrain the output"),
     ({"raw_output": True}, "raw_output", "raw_output"),
 ])
 def test_refused_fields_are_400s_naming_them(client, fields, param, why):

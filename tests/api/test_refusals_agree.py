@@ -22,12 +22,6 @@ TOOL = {"chat": {"type": "function", "function": {"name": "add"}},
 
 # (dialect, field, a value that asks for nothing, a value that asks for the feature, its reason)
 CASES = [
-    *[(d, "tools", [], [TOOL[d]], refusals.TOOLS) for d in ("responses", "messages")],
-    ("responses", "tool_choice", "auto", "required", refusals.TOOLS),
-    ("messages", "tool_choice", {"type": "auto"}, {"type": "any"}, refusals.TOOLS),
-    ("completions", "response_format", {"type": "text"}, {"type": "json_object"}, refusals.STRUCTURED_OUTPUT),
-    ("responses", "text", {"format": {"type": "text"}}, {"format": {"type": "json_object"}},
-     refusals.STRUCTURED_OUTPUT),
     ("completions", "reasoning_effort", "none", "high", refusals.REASONING),
     ("chat", "reasoning_effort", "none", "high", refusals.REASONING),
     ("responses", "reasoning", {"effort": "none"}, {"effort": "high"}, refusals.REASONING),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
+import jsonschema
 import pytest
 
 MODEL_ID = "SmolLM2-135M-Instruct"
@@ -23,8 +26,8 @@ GREEDY = {"temperature": 0}
 
 
 def create(sdk, **fields):
-    return sdk.messages.create(model=MODEL_ID, system=SYSTEM, messages=MESSAGES, extra_body=GREEDY,
-                               **{"max_tokens": 10, **fields})
+    return sdk.messages.create(model=MODEL_ID, extra_body=GREEDY,
+                               **{"system": SYSTEM, "messages": MESSAGES, "max_tokens": 10, **fields})
 
 
 def test_a_message_counts_the_rendered_prompt(sdk, smollm2_tokenizer):
@@ -65,3 +68,49 @@ def test_a_missing_max_tokens_is_an_invalid_request_error(sdk):
     body = refused.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith("max_tokens")
+
+
+# --- tools and output formats -----------------------------------------------------------
+
+WEATHER = {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["unit", "days"], "additionalProperties": False}
+TOOLS = [{"name": "get_weather", "description": "The weather forecast in Paris", "input_schema": WEATHER,
+          "strict": True}]
+ASK_WEATHER = [{"role": "user", "content": "What will the weather be in Paris for the next three days?"}]
+FORECAST = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                             "sunny": {"type": "boolean"}},
+            "required": ["city", "sunny"], "additionalProperties": False}
+
+
+def tool_uses(message) -> list:
+    """The message's tool_use blocks, each input checked against the tool's schema."""
+    uses = [block for block in message.content if block.type == "tool_use"]
+    for block in uses:
+        assert block.name == "get_weather" and block.id.startswith("toolu_")
+        jsonschema.validate(block.input, WEATHER)
+    return uses
+
+
+def test_tool_choice_any_gives_a_tool_use_block_that_validates(sdk):
+    reply = create(sdk, messages=ASK_WEATHER, tools=TOOLS, tool_choice={"type": "any"}, max_tokens=120)
+    assert tool_uses(reply)
+    assert reply.stop_reason in ("tool_use", "max_tokens")
+
+
+def test_a_streamed_tool_use_block_validates(sdk):
+    with sdk.messages.stream(model=MODEL_ID, system=SYSTEM, messages=ASK_WEATHER, extra_body=GREEDY, tools=TOOLS,
+                             tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                             max_tokens=120) as events:
+        partial = "".join(event.partial_json for event in events if event.type == "input_json")
+        final = events.get_final_message()
+    [block] = tool_uses(final)
+    assert json.loads(partial) == block.input and final.stop_reason == "tool_use"
+
+
+def test_an_output_format_gives_text_that_validates(sdk):
+    reply = create(sdk, messages=[{"role": "user", "content": "Is it sunny in Paris? Answer in JSON."}],
+                   output_config={"format": {"type": "json_schema", "schema": FORECAST}}, max_tokens=60)
+    [block] = reply.content
+    assert block.type == "text" and reply.stop_reason == "end_turn"
+    jsonschema.validate(json.loads(block.text), FORECAST)

@@ -1,8 +1,12 @@
 """The Responses API on a live server with the embedded SmolLM2, driven by the `openai` SDK:
-create (whole and streamed), previous_response_id, retrieve, input items and delete."""
+create (whole and streamed), previous_response_id, retrieve, input items and delete, tool
+calls and JSON schema output."""
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import openai
 import pytest
 
@@ -83,3 +87,28 @@ def test_retrieve_input_items_and_delete(sdk):
     sdk.responses.delete(created.id)
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(created.id)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"], "additionalProperties": False}
+
+
+def test_a_required_tool_call_validates(sdk):
+    tool = {"type": "function", "name": "get_weather", "description": "The forecast for a city",
+            "parameters": WEATHER, "strict": True}
+    response = sdk.responses.create(model=MODEL_ID, input="What is the weather in Paris this week?", tools=[tool],
+                                    tool_choice="required", parallel_tool_calls=False, temperature=0,
+                                    max_output_tokens=64)
+    [call] = response.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+    jsonschema.validate(json.loads(call.arguments), WEATHER)
+
+
+def test_a_json_schema_text_format_validates(sdk):
+    text = {"format": {"type": "json_schema", "name": "forecast", "schema": WEATHER, "strict": True}}
+    response = sdk.responses.create(model=MODEL_ID, input="Give a forecast as JSON.", text=text, temperature=0,
+                                    max_output_tokens=64)
+    assert response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), WEATHER)
