@@ -38,16 +38,16 @@ def parse_body(model_cls: type[Model], raw: object, *, extra: str | None = None,
         return model_cls.model_validate(raw, extra=extra)
     except pydantic.ValidationError as error:
         if extra == "forbid" and all(detail["type"] == "extra_forbidden" for detail in error.errors()):
-            return parse_open_body(model_cls, raw, location, error)
+            return parse_open_body(model_cls, raw, location)
         raise RequestValidationError.of(error, raw, location) from None
 
 
-def parse_open_body(model_cls: type[Model], raw: object, location: str, error: pydantic.ValidationError) -> Model:
+def parse_open_body(model_cls: type[Model], raw: object, location: str) -> Model:
     """`raw` under its models' own `extra` settings, refused if it has keys that no closed
-    model defines (`error` is the strict validation's)."""
+    model defines."""
     try:
         body = model_cls.model_validate(raw)
-    except pydantic.ValidationError:
+    except pydantic.ValidationError as error:  # its errors leave the free-form objects be
         raise RequestValidationError.of(error, raw, location) from None
     unknown = list(unknown_keys(body, raw))
     if unknown:
