@@ -68,7 +68,7 @@ def unknown_keys(value: Any, raw: Any, path: tuple[str | int, ...] = ()) -> Iter
             yield from ((*path, key) for key in raw if key not in fields)
         for key, name in fields.items():
             if key in raw:
-                yield from unknown_keys(getattr(value, name), raw[key], (*path, key))
+                yield from unknown_keys(value.__dict__[name], raw[key], (*path, key))  # no deprecation warnings
     elif isinstance(value, (list, tuple)) and isinstance(raw, list):
         for index, (item, raw_item) in enumerate(zip(value, raw)):
             yield from unknown_keys(item, raw_item, (*path, index))

@@ -133,3 +133,28 @@ def test_masks_are_prepared_by_the_worker_after_each_step(engine):
     assert engine.masks._rows["prefetch"][1] == seq.num_tokens  # the worker has the next one
     while engine.has_unfinished():
         engine.step()
+
+
+def test_a_matcher_that_refuses_a_token_aborts_the_request(engine):
+    """A broken constraint (here a matcher that refuses everything) must not let the output
+    go on unconstrained: the request ends with "abort" and nothing of the refused token."""
+    class Refusing:
+        def __init__(self, matcher):
+            self.matcher = matcher
+
+        def consume_token(self, token):
+            return False
+
+        def get_error(self):
+            return "refused for the test"
+
+        def __getattr__(self, name):
+            return getattr(self.matcher, name)
+
+    engine.add_request(Request("broken", [1, 2, 3], SamplingParams(seed=2), StopCriteria(max_tokens=10),
+                               grammar=Grammar("regex", "[a-z]+")))
+    seq = engine._sequences["broken"]
+    seq.matcher = Refusing(seq.matcher)
+    outputs = [output for _ in range(3) for output in engine.step() if output.request_id == "broken"]
+    assert outputs[-1].finish_reason == "abort" and outputs[-1].new_token_ids == []
+    assert not engine.has_unfinished()
