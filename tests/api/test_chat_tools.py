@@ -14,13 +14,8 @@ import jsonschema
 import pytest
 
 from chat_helpers import MODEL_ID, URL, sse_payloads
+from tool_helpers import SCHEMAS, TIME
 
-WEATHER = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
-                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-           "required": ["unit", "days"], "additionalProperties": False}
-TIME = {"type": "object", "properties": {"zone": {"enum": ["utc", "cet", "pst"]}}, "required": ["zone"],
-        "additionalProperties": False}
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": schema,
                                            "strict": True}} for name, schema in SCHEMAS.items()]
 SQL_GRAMMAR = 'start: "SELECT " COLUMN " FROM t"\nCOLUMN: /[a-z]{1,8}/'

@@ -18,13 +18,8 @@ from api.core.tool_format import HERMES
 from api.messages.tool_calls import StreamBlocks, answer_blocks
 from generated.flint import MessageStreamEvent
 from messages_helpers import MODEL_ID, URL, anthropic_error, named_events
+from tool_helpers import SCHEMAS
 
-WEATHER = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
-                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-           "required": ["unit", "days"], "additionalProperties": False}
-TIME = {"type": "object", "properties": {"zone": {"enum": ["utc", "cet", "pst"]}}, "required": ["zone"],
-        "additionalProperties": False}
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 TOOLS = [{"name": name, "description": f"{name} tool", "input_schema": schema, "strict": True}
          for name, schema in SCHEMAS.items()]
 BOUNDED = {"type": "object", "properties": {

@@ -16,13 +16,8 @@ import pytest
 
 from generated.flint import Response, ResponseStreamEvent
 from responses_helpers import MODEL_ID, URL, named_events
+from tool_helpers import SCHEMAS, TIME
 
-WEATHER = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
-                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-           "required": ["unit", "days"], "additionalProperties": False}
-TIME = {"type": "object", "properties": {"zone": {"enum": ["utc", "cet", "pst"]}}, "required": ["zone"],
-        "additionalProperties": False}
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 TOOLS = [{"type": "function", "name": name, "description": f"{name} tool", "parameters": schema}
          for name, schema in SCHEMAS.items()]
 
