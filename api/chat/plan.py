@@ -11,7 +11,6 @@ instead.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,7 +27,7 @@ from api.core.sampling import (EngineValues, check_range, choice_seed_list, engi
 from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
-from api.core.tool_grammar import tool_grammar
+from api.core.tool_grammar import calls_or_format
 from api.core.tool_prompt import answer_format
 from engine.grammar import Grammar
 from engine.request import SamplingParams
@@ -96,12 +95,7 @@ def answer_grammar(fields: dict[str, Any], tools: ChatTools | None,
     text_format, where = format_grammar(fields.get("response_format"), "response_format")
     if tools is None:
         return text_format, where
-    schema = None
-    if text_format is not None and tools.choice.mode == "auto":
-        if text_format.kind != "json_schema":
-            raise invalid("response_format", "only a JSON response format can be combined with tools")
-        schema = json.loads(text_format.text)
-    return tool_grammar(tools.tools, tools.choice, tool_format, schema), "tools"
+    return calls_or_format(tools.tools, tools.choice, tool_format, text_format, "response_format"), "tools"
 
 
 def prompt_messages(fields: dict[str, Any]) -> list[dict[str, Any]]:

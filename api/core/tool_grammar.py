@@ -18,6 +18,7 @@ import json
 
 import llguidance
 
+from api.core.errors import invalid
 from api.core.structured import enforced_schema
 from api.core.tool_format import ToolFormat
 from api.core.tools import Tool, ToolChoice
@@ -48,6 +49,19 @@ def tool_grammar(tools: list[Tool], choice: ToolChoice, fmt: ToolFormat, text_sc
     if not side_grammars:
         return Grammar("lark", lark)
     return Grammar("llguidance", json.dumps({"grammars": [{"lark_grammar": lark}, *side_grammars]}))
+
+
+def calls_or_format(tools: list[Tool], choice: ToolChoice, fmt: ToolFormat, text_format: Grammar | None,
+                    format_param: str) -> Grammar:
+    """The grammar of an answer that may call `tools` and has a response format: under auto
+    the answer is either the format's JSON or calls (a format that is not JSON cannot be
+    combined: a 400 naming `format_param`); when a call is required the format has nothing
+    to apply to."""
+    if text_format is None or choice.mode != "auto":
+        return tool_grammar(tools, choice, fmt)
+    if text_format.kind != "json_schema":
+        raise invalid(format_param, "only a JSON response format can be combined with tools")
+    return tool_grammar(tools, choice, fmt, json.loads(text_format.text))
 
 
 def more_calls(choice: ToolChoice, separator: str) -> str:

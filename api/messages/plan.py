@@ -34,7 +34,7 @@ from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
-from api.core.tool_grammar import tool_grammar
+from api.core.tool_grammar import calls_or_format
 from api.core.tool_prompt import answer_format
 from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
@@ -111,8 +111,7 @@ def answer_grammar(body: PromptBody, tools: MessagesTools | None,
     text_format, where = format_grammar(output_format, FORMAT)
     if tools is None:
         return text_format, where
-    schema = json.loads(text_format.text) if text_format is not None and tools.choice.mode == "auto" else None
-    return tool_grammar(list(tools.callable), tools.choice, tool_format, schema), "tools"
+    return calls_or_format(list(tools.callable), tools.choice, tool_format, text_format, FORMAT), "tools"
 
 
 def template_conversation(body: PromptBody) -> tuple[list[dict[str, Any]], str]:

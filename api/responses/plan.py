@@ -10,7 +10,6 @@ the end of the context window.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from api.core.prompt import chat_prompt_ids
 from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
-from api.core.tool_grammar import tool_grammar
+from api.core.tool_grammar import calls_or_format
 from api.core.tool_prompt import answer_format
 from api.responses.body import MODELS
 from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
@@ -109,8 +108,7 @@ async def checked_grammar(server: ServerState, request: CreateResponseRequest, t
 def answer_grammar(text_format: Grammar | None, tools: ResponseTools, tool_format: ToolFormat) -> Grammar:
     """The grammar of an answer that may call tools; under auto, one with a JSON text format
     is either that JSON or calls."""
-    schema = json.loads(text_format.text) if text_format is not None and tools.choice.mode == "auto" else None
-    return tool_grammar(tools.tools, tools.choice, tool_format, schema)
+    return calls_or_format(tools.tools, tools.choice, tool_format, text_format, "text.format")
 
 
 def sampling_of(request: CreateResponseRequest, server: ServerState, room: int) -> dict[str, Any]:

@@ -107,6 +107,16 @@ def test_auto_answers_text_or_calls_that_validate(client):
             assert "<tool_call" not in (choice["message"]["content"] or "")
 
 
+def test_auto_with_a_json_format_answers_that_json_or_calls(client):
+    answer = ask(client, tools=TOOLS, n=6, response_format={
+        "type": "json_schema", "json_schema": {"name": "t", "schema": TIME, "strict": True}})
+    for choice in answer["choices"]:
+        if choice["message"].get("tool_calls"):
+            validated_calls(choice)
+        else:
+            jsonschema.validate(json.loads(choice["message"]["content"]), TIME)
+
+
 def test_strict_tools_keep_to_their_schema(client):
     unsupported = {"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": True,
                                                             "items": {"enum": [1, 2]}}}}
@@ -175,6 +185,7 @@ def test_a_deprecated_function_call_renders_as_history(client, engine_requests, 
     ({"tools": [{"type": "custom", "custom": {"name": "g", "format": {"type": "grammar", "grammar": {
         "syntax": "lark", "definition": "start: missing"}}}}]}, "tools.[0].custom.format.grammar.definition"),
     ({"tools": [{"type": "custom", "custom": {"name": "g"}}], "stream": True}, "stream"),
+    ({"tools": TOOLS, "response_format": {"type": "grammar", "grammar": 'root ::= "x"'}}, "response_format"),
 ])
 def test_bad_tool_requests_are_refused_by_field(client, fields, param):
     assert refused(client, **fields)["param"] == param
