@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.decode_window import merge_outputs, reserve_window, window_round, window_steps
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
-from engine.decode_window import merge_outputs, reserve_window, window_round, window_steps
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage
 from engine.request import SEED_MODULUS, Request, RequestOutput

@@ -14,7 +14,7 @@ Decisions beyond the spec (the values that ask for what this server does anyway 
 from __future__ import annotations
 
 from api.core import refusals
-from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping
+from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping, every_field
 from generated import fireworks_completions
 from generated import fireworks_streaming as fireworks
 from generated.openai_chat_completions import (
@@ -133,11 +133,6 @@ NON_TEXT_PARTS = [
 TEXT_PART = Planned("api.core.prompt.part_text", CHAT + "test_text_parts_equal_string_content")
 REFUSAL_PART = Planned("api.core.prompt.part_text", CHAT + "test_assistant_refusals_render_as_its_text")
 
-
-
-def every_field(model: type, decision: Planned) -> ModelFields:
-    """A table deciding each field of `model` the same way."""
-    return ModelFields(model, {name: decision for name in model.model_fields})
 
 
 READ_TOOL = Planned("tools.read_tool", TOOLS + "test_required_calls_validate_against_their_schemas")

@@ -40,7 +40,7 @@ def chat_tools(fields: dict[str, Any]) -> ChatTools | None:
                                    "`tool_choice`: give one pair or the other")
     if deprecated:
         return deprecated_tools(fields)
-    tools = [read_tool(tool, i) for i, tool in enumerate(fields.get("tools") or [])]
+    tools = [read_tool(tool) for tool in fields.get("tools") or []]
     check_tools(tools, "tools.[{index}].function.name", "tools.[{index}].function.parameters")
     choice = read_choice(fields.get("tool_choice"), bool(tools), fields.get("parallel_tool_calls"))
     if choice.mode == "none" or not tools:
@@ -50,17 +50,17 @@ def chat_tools(fields: dict[str, Any]) -> ChatTools | None:
     return ChatTools(callable_tools(tools, choice, "tool_choice"), choice, given=tuple(tools))
 
 
-def read_tool(tool: dict[str, Any], index: int) -> Tool:
+def read_tool(tool: dict[str, Any]) -> Tool:
     if tool["type"] == "function":
         function = tool["function"]
         return Tool(function["name"], function.get("description") or "", function.get("parameters"),
                     bool(function.get("strict")))
     custom = tool["custom"]
     return Tool(custom["name"], custom.get("description") or "", custom=True,
-                input_grammar=custom_format(custom.get("format"), index))
+                input_grammar=custom_format(custom.get("format")))
 
 
-def custom_format(fmt: dict[str, Any] | None, index: int) -> Grammar | None:
+def custom_format(fmt: dict[str, Any] | None) -> Grammar | None:
     """A custom tool's input grammar (None: free text)."""
     if fmt is None or fmt.get("type") == "text":
         return None

@@ -1,8 +1,7 @@
 """The refusals every dialect shares: one rule and one wording per unserved feature.
 
-A value that asks for nothing this server would do differently (`tools: []`,
-`tool_choice: "none"` or `"auto"` with no tools, `response_format: {"type": "text"}`,
-`reasoning_effort: "none"` (or Fireworks' `false`), `thinking: {"type": "disabled"}`, the default service tier) is
+A value that asks for nothing this server would do differently (`reasoning_effort: "none"`
+(or Fireworks' `false`), `thinking: {"type": "disabled"}`, the default service tier) is
 accepted by every dialect that has the field; any other value is refused, with the same
 reason wherever the feature is asked for.
 """
@@ -11,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.core.registry import Accepted, Refused
+from api.core.registry import Refused
 
-TOOLS = "tool calling is not supported yet"
-STRUCTURED_OUTPUT = "structured output (JSON modes, schemas, grammars) is not supported yet"
 REASONING = "reasoning controls are not supported yet: the served model does not reason"
 SPECULATION = "speculative decoding and predicted outputs are not supported yet"
 BEAM_SEARCH = "beam search is not supported yet"
@@ -54,10 +51,6 @@ def refused_if_any(reason: str) -> Refused:
 
 
 # The shared fields, decided once.
-NO_TOOLS = refused_if_any(TOOLS)
-TOOL_CHOICE = refused_unless(f"{TOOLS}, so no tool can be required or named", "none", "auto")
-PARALLEL_TOOL_CALLS = Accepted("with no tools there are no calls to run in parallel")
-TEXT_FORMAT = refused_unless(STRUCTURED_OUTPUT, "text")
 REASONING_EFFORT = refused_unless(REASONING, "none", False)  # Fireworks reads false as "none"
 THINKING = refused_unless(REASONING, "disabled")
 REASONING_HISTORY = refused_unless(REASONING, "disabled")

@@ -87,6 +87,11 @@ class ModelFields:
     like: type[pydantic.BaseModel] | None = None
 
 
+def every_field(model: type[pydantic.BaseModel], decision: Decision | str) -> ModelFields:
+    """A table deciding each field of `model` the same way."""
+    return ModelFields(model, {name: decision for name in model.model_fields})
+
+
 def model_key(model_cls: type) -> str:
     """`fireworks_completions.CompletionRequest`: stable across re-imports of a regenerated module."""
     return f"{model_cls.__module__.rsplit('.', 1)[-1]}.{model_cls.__qualname__}"

@@ -119,10 +119,12 @@ class ToolCallStream:
     text: str = ""
     content_sent: int = 0
     calls: list[ToolCall] = field(default_factory=list)  # started calls, arguments as sent so far
+    parsed: list[ParsedCall] = field(default_factory=list)  # the calls as last read (each one's `complete`)
 
     def feed(self, chunk: str, final: bool = False) -> list[ContentDelta | CallStart | ArgumentsDelta]:
         self.text += chunk
         content, parsed = parse_answer(self.text, self.fmt, final)
+        self.parsed = parsed
         deltas: list[ContentDelta | CallStart | ArgumentsDelta] = []
         if len(content) > self.content_sent:
             deltas.append(ContentDelta(content[self.content_sent:]))

@@ -32,7 +32,7 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
 from __future__ import annotations
 
 from api.core import refusals
-from api.core.registry import Accepted, ModelFields, Planned, Refused, Registry, Sampled
+from api.core.registry import Accepted, ModelFields, Planned, Refused, Registry, Sampled, every_field
 from api.messages.body import MessagesBody
 from generated.fireworks_streaming import AnthropicMessageRequest
 from generated.flint import (
@@ -136,11 +136,6 @@ REFUSED_BLOCKS = {
 }
 
 
-def every_field(model: type, decision: Planned) -> ModelFields:
-    """A table deciding each field of `model` the same way."""
-    return ModelFields(model, {name: decision for name in model.model_fields})
-
-
 TOOL_TABLES = [
     ModelFields(ToolParam, {
         "type": READ_TOOL, "name": READ_TOOL, "description": READ_TOOL, "input_schema": READ_TOOL,
@@ -185,6 +180,6 @@ REGISTRY = Registry([
                                  "citations": refusals.refused_if_any("citations are not supported")}),
     ModelFields(CacheControlEphemeral, {"type": CACHED, "ttl": refusals.refused_unless(
         "cached prefixes live while their pages are free; nothing keeps one for an hour", "5m")}),
-    *[ModelFields(block_cls, {name: Refused(reason, lambda value: True) for name in block_cls.model_fields})
+    *[every_field(block_cls, Refused(reason, lambda value: True))
       for block_cls, reason in REFUSED_BLOCKS.items()],
 ])

@@ -20,7 +20,7 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
 from __future__ import annotations
 
 from api.core import refusals
-from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled
+from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, every_field
 from generated import fireworks_streaming
 from generated.flint import (
     CreateResponseRequest,
@@ -67,11 +67,6 @@ CALL_HISTORY = Planned("input.add_call", TOOLS + "test_function_call_items_rende
 SCHEMA_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_schema_answers_validate")
 OBJECT_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_object_answers_are_objects")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-
-
-def every_field(model: type, decision: Planned) -> ModelFields:
-    """A table deciding each field of `model` the same way."""
-    return ModelFields(model, {name: decision for name in model.model_fields})
 
 
 def unless_logprobs_include(value) -> bool:
@@ -135,7 +130,7 @@ REGISTRY = Registry([
     every_field(ResponseToolChoiceFunction, NAMED),
     ModelFields(FunctionToolCall, {"type": CALL_HISTORY, "call_id": CALL_HISTORY, "name": CALL_HISTORY,
                                    "arguments": CALL_HISTORY, "id": KEPT, "status": KEPT}),
-    *[ModelFields(item_cls, {name: reason for name in item_cls.model_fields}) for item_cls, reason in (
+    *[every_field(item_cls, reason) for item_cls, reason in (
         (ReasoningItem, f"reasoning input items: {refusals.REASONING}"),
         (ItemReference, "item references are not supported: continue a stored conversation with "
                         "`previous_response_id`"))],
@@ -147,7 +142,7 @@ REGISTRY = Registry([
     ModelFields(InputFileContent, {"type": NON_TEXT, **{name: f"{refusals.TEXT_ONLY}: it cannot take file input"
                                                          for name in ("file_id", "filename", "file_data", "file_url")}}),
     # What an earlier answer's output_text part carried, given back: kept, never rendered.
-    *[ModelFields(kept_cls, {name: KEPT for name in kept_cls.model_fields})
+    *[every_field(kept_cls, KEPT)
       for kept_cls in (ResponseLogProb, ResponseTopLogProb, UrlCitationAnnotation, FileCitationAnnotation,
                        FilePathAnnotation)],
 ])

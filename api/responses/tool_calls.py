@@ -103,8 +103,7 @@ class CallEvents:
         """The closing events of the last item; an answer with neither text nor calls is
         one empty message."""
         if self.call is not None:
-            [*_, last] = parse_answer(self.stream.text, self.stream.fmt)[1]
-            return self.close_item("completed" if last.complete else "incomplete")
+            return self.close_item("completed" if self.stream.parsed[-1].complete else "incomplete")
         if not self.writer.message_open and not self.writer.items:
             return self.writer.open_message() + self.writer.close_message(status)
         return self.close_item(status)

@@ -16,10 +16,6 @@ BASES = {
     "responses": ("/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 16}),
     "messages": ("/v1/messages", {"model": MODEL, "messages": USER, "max_tokens": 1}),
 }
-TOOL = {"chat": {"type": "function", "function": {"name": "add"}},
-        "responses": {"type": "function", "name": "add"},
-        "messages": {"name": "add", "input_schema": {"type": "object"}}}
-
 # (dialect, field, a value that asks for nothing, a value that asks for the feature, its reason)
 CASES = [
     ("completions", "reasoning_effort", "none", "high", refusals.REASONING),
