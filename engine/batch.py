@@ -60,18 +60,24 @@ def advance_decode(batch: BatchInputs, tokens, mirostat_mu, page_size: int) -> B
     decodes; padding stays padding. The penalties' history gains the sampled token at its
     position (the history holds a sequence's every token, max_model_len wide)."""
     real = batch.token_rows >= 0
-    rows = jnp.maximum(batch.token_rows, 0)
     positions = jnp.where(real, batch.positions + 1, 0)
-    pages = jnp.take_along_axis(batch.block_tables[rows], (positions // page_size)[:, None], axis=1, mode="clip")[:, 0]
     sampling = batch.sampling
     history_ids = sampling.history_ids.at[jnp.arange(tokens.shape[0]), sampling.positions].set(tokens, mode="drop")
     return dataclasses.replace(
         batch,
-        token_ids=jnp.where(real, tokens[rows], 0),
+        token_ids=jnp.where(real, tokens[jnp.maximum(batch.token_rows, 0)], 0),
         positions=positions,
-        slot_mapping=jnp.where(real, pages * page_size + positions % page_size, 0),
+        slot_mapping=table_slots(batch.block_tables, batch.token_rows, positions, page_size),
         context_lens=jnp.where(real, batch.context_lens + 1, 0),
         next_token_ids=jnp.full_like(batch.next_token_ids, -1),
         sampling=dataclasses.replace(sampling, positions=sampling.positions + 1, mirostat_mu=mirostat_mu,
                                      history_ids=history_ids),
     )
+
+
+def table_slots(block_tables, token_rows, positions, page_size: int):
+    """Each token's cache slot, read from its row's block table (slot 0, in the null page,
+    for padding): on the device, so a batch advanced there can take new pages."""
+    rows = jnp.maximum(token_rows, 0)
+    pages = jnp.take_along_axis(block_tables[rows], (positions // page_size)[:, None], axis=1, mode="clip")[:, 0]
+    return jnp.where(token_rows >= 0, pages * page_size + positions % page_size, 0)

@@ -85,9 +85,11 @@ class EngineConfig:
     dtype: str = "float32"  # compute and cache dtype; float32 is fastest on XLA's CPU backend
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
+    attention: str = "auto"  # engine/attention: auto (the kernel on GPUs), reference or mosaic_gpu
     enable_prefix_caching: bool = True
-    max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention.py)
+    max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention/reference.py)
     max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
+    overlap_steps: bool = True  # dispatch the next decode window before the last one's results are back
     seed: int = 0  # seeds the random seeds of unseeded requests
 
     def __post_init__(self) -> None:

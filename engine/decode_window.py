@@ -20,21 +20,28 @@ from engine.block_manager import BlockManager
 from engine.request import RequestOutput
 from engine.sampling.masks import stop_bans
 from engine.scheduler import ScheduledSequence, SchedulerOutput
-from engine.sequence import Sequence
+from engine.sequence import Sequence, SequenceStatus
 
 
 def window_steps(scheduled: SchedulerOutput, max_steps: int, max_model_len: int) -> int:
     """How many decode steps this step may run at once (1: an ordinary step)."""
-    if max_steps <= 1 or not all(item.num_new_tokens == 1 and item.needs_sample for item in scheduled.scheduled):
-        return 1
+    return max(window_limit(scheduled, max_steps, max_model_len), 1)
+
+
+def window_limit(scheduled: SchedulerOutput, max_steps: int, max_model_len: int, ahead: int = 0) -> int:
+    """The most decode steps a window of `scheduled` may run, `ahead` steps after the ones
+    the host has seen (a window dispatched behind one still in flight); 0: no window."""
+    if not all(item.num_new_tokens == 1 and item.needs_sample for item in scheduled.scheduled):
+        return 0
     steps = max_steps
     for item in scheduled.scheduled:
         seq = item.seq
-        if not mask_is_fixed(seq):
-            return 1
+        if seq.status is not SequenceStatus.RUNNING or not mask_is_fixed(seq):
+            return 0
         # No window runs past a row's max_tokens or max_model_len: those tokens would be waste.
-        steps = min(steps, seq.stop.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens)
-    return max(steps, 1)
+        steps = min(steps, seq.stop.max_tokens - seq.num_output_tokens - ahead,
+                    max_model_len - seq.num_tokens - ahead)
+    return max(steps, 0)
 
 
 def mask_is_fixed(seq: Sequence) -> bool:

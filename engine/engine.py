@@ -15,19 +15,28 @@ from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.decode_window import merge_outputs, reserve_window, window_round, window_steps
+from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage
 from engine.request import SEED_MODULUS, Request, RequestOutput
-from engine.runner import ModelRunner, RowPlan
+from engine.runner import InFlight, ModelRunner, RowPlan
 from engine.sampling import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import Tokenizer
 from engine.weights import resolve_quantization
+
+
+@dataclass(frozen=True)
+class Flight:
+    """Steps on the device: what was scheduled, and the runner's handle to collect them."""
+
+    scheduled: SchedulerOutput
+    num_steps: int
+    device: InFlight  # the runner's handle
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Engine:
         self.masks = GrammarMasks(checkpoint.config.vocab_size)
         self._sequences: dict[str, Sequence] = {}  # unfinished sequences by request id
         self._seeds = random.Random(config.seed)
+        self._in_flight: Flight | None = None  # a window dispatched behind the last one (step)
 
     @classmethod
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
@@ -130,23 +140,55 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one batch (a window of decode steps when every row decodes, see
         engine/decode_window.py); returns an output for every request that gained tokens or
-        finished."""
+        finished.
+
+        With `overlap_steps`, a window of decodes is followed at once by the next one,
+        dispatched before the first one's results are back and fed on the device by its
+        sampled tokens, so that the device computes while the host lands the results."""
+        flight = self._in_flight or self._dispatch_scheduled()
+        if flight is None:
+            return []
+        self._in_flight = self._chain(flight) if self.config.overlap_steps else None
+        outputs = self._land(flight)
+        self.masks.start(self.scheduler.running)  # the grammars' next masks, while the host goes on
+        return outputs
+
+    def _dispatch_scheduled(self) -> Flight | None:
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
-            return []
+            return None
         num_steps = window_steps(scheduled, self.config.max_decode_steps, self.config.max_model_len)
         if num_steps > 1 and not reserve_window(self.block_manager, scheduled, num_steps):
             num_steps = 1
-        steps = self.runner.execute(self.plan(scheduled), num_steps)
-        if num_steps == 1:
-            outputs = self.output.process(scheduled, steps[0])
+        return Flight(scheduled, num_steps, self.runner.dispatch(self.plan(scheduled), num_steps))
+
+    def _chain(self, flight: Flight) -> Flight | None:
+        """The window after `flight`, dispatched now; None when its rows cannot go on alone:
+        a request is waiting to be admitted, a row's mask or limits need the host, or the
+        pages for it are not free (only the scheduler preempts)."""
+        if self.scheduler.num_waiting:
+            return None
+        ahead = flight.num_steps
+        scheduled = window_round(flight.scheduled, ahead)
+        num_steps = window_limit(flight.scheduled, self.config.max_decode_steps, self.config.max_model_len, ahead)
+        if num_steps < 1 or not reserve_window(self.block_manager, scheduled, ahead + num_steps):
+            return None
+        rows = [dataclasses.replace(row, start=item.start) for row, item in zip(flight.device.rows, scheduled.scheduled)]
+        return Flight(scheduled, num_steps, self.runner.dispatch_next(flight.device, rows, num_steps))
+
+    def _land(self, flight: Flight) -> list[RequestOutput]:
+        """Collect `flight` and pass each of its steps through the output stage. Rows that
+        finished while it ran (a stop in the window before, an abort) are skipped by the
+        scheduler's update, and their tokens are dropped with the slots they were written to."""
+        steps = self.runner.collect(flight.device)
+        if flight.num_steps == 1:
+            outputs = self.output.process(flight.scheduled, steps[0])
         else:
             outputs = merge_outputs([output for index, step in enumerate(steps)
-                                     for output in self.output.process(window_round(scheduled, index), step)])
+                                     for output in self.output.process(window_round(flight.scheduled, index), step)])
         for output in outputs:
             if output.finished:
                 self._sequences.pop(output.request_id, None)
-        self.masks.start(self.scheduler.running)  # the grammars' next masks, while the host goes on
         return outputs
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:

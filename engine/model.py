@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from engine.attention import paged_attention
+from engine.attention import Attention, reference_attention
 from engine.batch import BatchInputs
 from engine.config import ModelConfig, RopeScaling
 from engine.kv_cache import KVCache
@@ -121,8 +121,9 @@ class Layers(nnx.Module):
 class Llama(nnx.Module):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/weights.py."""
 
-    def __init__(self, config: ModelConfig, weights: dict):
+    def __init__(self, config: ModelConfig, weights: dict, attention: Attention = reference_attention):
         self.config = config
+        self.attention = attention  # engine/attention: the reference, or a kernel for the backend
         self.embed = nnx.Param(weights["embed"])
         self.final_norm = nnx.Param(weights["final_norm"])
         self.lm_head = nnx.Param(weights["lm_head"]) if "lm_head" in weights else None
@@ -148,7 +149,8 @@ class Llama(nnx.Module):
             q, k, v = project_qkv(config, h, weights, batch.positions, inv_freq)
             k_cache = k_cache.at[index, pages, offsets].set(k.astype(k_cache.dtype))
             v_cache = v_cache.at[index, pages, offsets].set(v.astype(v_cache.dtype))
-            attn = paged_attention(q, k, v, k_cache, v_cache, index, batch, 1.0 / math.sqrt(config.head_dim))
+            with jax.named_scope("attention"):  # named for profiles (tools/gpu_bench.py)
+                attn = self.attention(q, k, v, k_cache, v_cache, index, batch, 1.0 / math.sqrt(config.head_dim))
             x = x + linear(attn.reshape(x.shape[0], -1), weights["wo"])
             h = rms_norm(x, weights["mlp_norm"], config.rms_norm_eps)
             return (x + mlp(h, weights), k_cache, v_cache, index + 1), None

@@ -14,6 +14,7 @@ HTTP stream's wake-up) once per window instead of once per token.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.batch import BatchInputs, advance_decode, empty_batch
+from engine.attention import attention_for
+from engine.attention import resolve as resolve_attention
+from engine.batch import BatchInputs, advance_decode, empty_batch, table_slots
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
@@ -47,6 +50,18 @@ class RowPlan:
     @property
     def sample(self) -> bool:
         return self.sampling is not None
+
+
+@dataclass
+class InFlight:
+    """Steps dispatched to the device and not yet collected (ModelRunner.dispatch)."""
+
+    rows: list[RowPlan]
+    batch: BatchInputs  # the host batch the steps started from (its bucket, its prompt rows)
+    num_steps: int
+    results: object  # device arrays: each step's SampleResult, stacked
+    prompt: object  # device arrays: the first step's prompt logprobs
+    next_batch: BatchInputs  # on the device: the inputs of the step after the last
 
 
 @dataclass
@@ -81,7 +96,10 @@ class ModelRunner:
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
         weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
-        self.graphdef, self.state = nnx.split(Llama(model_config, weights))
+        self.attention = resolve_attention(engine_config.attention, engine_config.dtype, model_config.head_dim,
+                                           model_config.num_heads, model_config.num_kv_heads, engine_config.page_size)
+        attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
+        self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
@@ -97,11 +115,17 @@ class ModelRunner:
         model = nnx.merge(self.graphdef, state)
         num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
         page_size = kv_cache.page_size
+        # Slots from the block tables here, not the host: a window dispatched from the last
+        # one's device-side batch (`dispatch_next`) brings only its new tables.
+        batch = dataclasses.replace(batch, slot_mapping=table_slots(batch.block_tables, batch.token_rows,
+                                                                    batch.positions, page_size))
 
         def round_(index, carry):
             kv_cache, batch, results, prompt = carry
             hidden, kv_cache = model.hidden_states(kv_cache, batch)
-            result = sample(model.logits(hidden[batch.logits_indices]), batch.sampling)
+            logits = model.logits(hidden[batch.logits_indices])
+            with jax.named_scope("sampling"):  # named for profiles (tools/gpu_bench.py)
+                result = sample(logits, batch.sampling)
             # Logits of every token only when some row asked for prompt logprobs (never
             # after the first round: advance_decode clears next_token_ids).
             wanted = batch.next_token_ids >= 0
@@ -116,8 +140,8 @@ class ModelRunner:
         one = jax.eval_shape(lambda: sample(jnp.zeros((rows, self.model_config.vocab_size)), batch.sampling))
         results = jax.tree_util.tree_map(lambda a: jnp.zeros((self.config.max_decode_steps, *a.shape), a.dtype), one)
         prompt = empty_prompt_logprobs(batch.num_tokens, num_top)
-        kv_cache, _, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
-        return (results, prompt), kv_cache
+        kv_cache, batch, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
+        return (results, prompt, batch), kv_cache
 
     def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None) -> float:
         """Compile `buckets` (default: every token bucket) now; returns the seconds it took."""
@@ -168,22 +192,50 @@ class ModelRunner:
     def execute(self, rows: list[RowPlan], num_steps: int = 1) -> list[StepOutput]:
         """Run `num_steps` steps (more than one only for rows that all decode one token, with
         pages for `num_steps` tokens): each step's sampled tokens (-1 where none), logprobs
-        and state. Copies back logprobs only when a row asked for them."""
-        if not 1 <= num_steps <= self.config.max_decode_steps:
-            raise ValueError(f"num_steps must lie in [1, {self.config.max_decode_steps}]")
+        and state."""
+        return self.collect(self.dispatch(rows, num_steps))
+
+    def dispatch(self, rows: list[RowPlan], num_steps: int = 1) -> InFlight:
+        """Start `num_steps` steps of `rows` on the device and return without waiting."""
+        self._check_steps(num_steps)
         batch = self.pack(rows)
         compiled = self._compiled.get(batch.num_tokens)
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
-        (results, prompt), self.kv_cache = compiled(self.state, self.kv_cache, device_batch, np.int32(num_steps))
+        return self._launch(compiled, rows, batch, device_batch, num_steps)
+
+    def dispatch_next(self, flight: InFlight, rows: list[RowPlan], num_steps: int) -> InFlight:
+        """Start the decode window that follows `flight`, before its results are back: the
+        same rows, fed on the device by the tokens `flight` samples. `rows` gives only the
+        block tables, which may have grown pages for the new window."""
+        self._check_steps(num_steps)
+        tables = np.zeros(flight.batch.block_tables.shape, np.int32)
+        for index, row in enumerate(rows):
+            tables[index, : len(row.block_table)] = row.block_table
+        device_batch = dataclasses.replace(flight.next_batch, block_tables=jax.device_put(tables, replicated(self.mesh)))
+        return self._launch(self._compiled[flight.batch.num_tokens], rows, flight.batch, device_batch, num_steps)
+
+    def _check_steps(self, num_steps: int) -> None:
+        if not 1 <= num_steps <= self.config.max_decode_steps:
+            raise ValueError(f"num_steps must lie in [1, {self.config.max_decode_steps}]")
+
+    def _launch(self, compiled, rows, batch, device_batch, num_steps) -> InFlight:
+        (results, prompt, next_batch), self.kv_cache = compiled(self.state, self.kv_cache, device_batch,
+                                                                np.int32(num_steps))
+        return InFlight(rows, batch, num_steps, results, prompt, next_batch)
+
+    def collect(self, flight: InFlight) -> list[StepOutput]:
+        """Wait for `flight` and copy its results back. Logprobs come back only when a row
+        asked for them."""
+        rows, num_steps, results = flight.rows, flight.num_steps, flight.results
         wants_logprobs = any(row.sampling is not None and row.sampling.params.logprobs is not None for row in rows)
         wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None)
         # Sliced on the host: slicing device arrays would compile a program per shape.
         tokens, mirostat_mu, logprobs = jax.tree_util.tree_map(
             lambda a: np.asarray(a)[:num_steps, : len(rows)], jax.device_get(wanted))
         sampled = np.asarray([row.sample for row in rows])
-        prompt_rows = self._prompt_rows(rows, batch, prompt)
+        prompt_rows = self._prompt_rows(rows, flight.batch, flight.prompt)
         return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
                            logprobs=None if logprobs is None else jax.tree_util.tree_map(lambda a: a[step], logprobs),
                            mirostat_mu=mirostat_mu[step],
@@ -203,7 +255,7 @@ class ModelRunner:
         """Host arrays for `rows`, padded up to the smallest bucket that holds them.
 
         Tokens go in the order of `token_spans`; in a bucket of more tokens than rows, the
-        multi-token rows are the batch's dense rows (engine/attention.py)."""
+        multi-token rows are the batch's dense rows (engine/attention/reference.py)."""
         num_tokens = sum(len(row.token_ids) for row in rows)
         bucket = self.bucket_for(num_tokens)
         if len(rows) > self.config.seq_bucket(bucket):

@@ -5,7 +5,7 @@ at its `num_computed_tokens`. A sequence whose chunk reaches the end of its toke
 one new token this step (a decode is a chunk of 1); a partial prefill chunk samples nothing.
 Prefill chunks and decodes share one step under three budgets: `max_num_batched_tokens`
 tokens, `max_num_seqs` running sequences, and `max_prefill_rows` rows of more than one
-token (each such row reads its cached pages once for all its tokens, engine/attention.py).
+token (each such row reads its cached pages once for all its tokens, engine/attention/reference.py).
 
 Running sequences go first, in admission order. When one of them needs pages that are not
 free, the most recently admitted running sequence is preempted (its pages freed, back to

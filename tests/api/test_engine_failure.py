@@ -33,15 +33,15 @@ def failing(tiny_app_factory):
     with live_app(app) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
         app.state.lifecycle.on_failure = failures.append
         runner = app.state.server.running_engine.engine.runner
-        original, armed = runner.execute, threading.Event()
+        original, armed = runner.collect, threading.Event()
 
-        def execute(rows, num_steps=1):
+        def collect(flight):  # where a device error would surface
             if armed.is_set():
                 raise InjectedFault("a device error in the middle of a step")
             time.sleep(0.05)  # slow steps: requests are still running when the fault comes
-            return original(rows, num_steps)
+            return original(flight)
 
-        runner.execute = execute
+        runner.collect = collect
         yield client, app.state.server, armed.set, failures
 
 

@@ -100,15 +100,15 @@ async def outputs_until_death(async_engine, request):
 def test_a_failing_step_ends_every_stream_and_reports_the_death(tiny_engine_factory, monkeypatch):
     engine = tiny_engine_factory(CONFIG)
     fault = RuntimeError("injected fault")
-    execute, calls = engine.runner.execute, []
+    collect_results, calls = engine.runner.collect, []
 
-    def execute_failing_on_the_fourth_call(rows, num_steps=1):
-        calls.append(len(rows))
+    def collect_failing_on_the_fourth_call(flight):  # where a device error would surface
+        calls.append(len(flight.rows))
         if len(calls) == 4:
             raise fault
-        return execute(rows, num_steps)
+        return collect_results(flight)
 
-    monkeypatch.setattr(engine.runner, "execute", execute_failing_on_the_fourth_call)
+    monkeypatch.setattr(engine.runner, "collect", collect_failing_on_the_fourth_call)
     deaths, died = [], threading.Event()
 
     def on_death(error):

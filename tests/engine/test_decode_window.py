@@ -13,7 +13,8 @@ from engine.request import Request, SamplingParams, StopCriteria
 
 WINDOW = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, page_size=4, num_pages=400,
                       max_decode_steps=8)
-ONE_STEP = dataclasses.replace(WINDOW, max_decode_steps=1)
+ONE_STEP = dataclasses.replace(WINDOW, max_decode_steps=1, overlap_steps=False)
+OVERLAPPED_STEPS = dataclasses.replace(WINDOW, max_decode_steps=1)
 
 # Every sampling feature whose state moves from one token to the next on the device:
 # the seeded draw's position, the penalties' history, Mirostat's mu, and logprobs.
@@ -72,15 +73,24 @@ def assert_same(produced: dict, expected: dict) -> None:
             np.testing.assert_allclose([got[1], *got[3]], [want[1], *want[3]], rtol=1e-4, atol=1e-4)
 
 
-def counting_windows(engine, monkeypatch) -> list[int]:
+def counting_windows(engine, monkeypatch, chained: list | None = None) -> list[int]:
+    """The steps of every device call, in order; `chained` gets those dispatched behind
+    another still in flight."""
     calls = []
-    execute = engine.runner.execute
+    dispatch, dispatch_next = engine.runner.dispatch, engine.runner.dispatch_next
 
     def counting(rows, num_steps=1):
         calls.append(num_steps)
-        return execute(rows, num_steps)
+        return dispatch(rows, num_steps)
 
-    monkeypatch.setattr(engine.runner, "execute", counting)
+    def counting_next(flight, rows, num_steps):
+        calls.append(num_steps)
+        if chained is not None:
+            chained.append(num_steps)
+        return dispatch_next(flight, rows, num_steps)
+
+    monkeypatch.setattr(engine.runner, "dispatch", counting)
+    monkeypatch.setattr(engine.runner, "dispatch_next", counting_next)
     return calls
 
 
@@ -112,3 +122,45 @@ def test_a_stop_inside_a_window_ends_the_sequence_where_one_step_would(engines):
     assert produced["seeded"]["finish"][0] == "stop"
     assert len(produced["greedy"]["tokens"]) < 40 and len(produced["seeded"]["tokens"]) <= 10
     assert window.block_manager.num_free_pages == WINDOW.num_pages - 1
+
+
+@pytest.mark.parametrize("config", [WINDOW, OVERLAPPED_STEPS], ids=["windows", "single-steps"])
+def test_steps_dispatched_behind_one_in_flight_give_what_single_steps_give(tiny_engine_factory, monkeypatch,
+                                                                          config):
+    """The next window starts on the device before the host has the last one's tokens: the
+    same tokens, text, logprobs and stops (a row stopping while the next window is in
+    flight among them), and every page back at the end. No prefix caching: a second run's
+    cached prompts would be computed in other buckets, and seeded draws at near-ties follow
+    such float noise."""
+    one_step = tiny_engine_factory(dataclasses.replace(ONE_STEP, enable_prefix_caching=False))
+    overlapped = tiny_engine_factory(dataclasses.replace(config, enable_prefix_caching=False))
+    vocab = overlapped.model_config.vocab_size
+    chained = []
+    counting_windows(overlapped, monkeypatch, chained)
+    free_run = run(one_step, requests(vocab))
+    text = free_run["greedy"]["text"]
+    stop = StopCriteria(max_tokens=40, ignore_eos=True, strings=(text[len(text) // 2: len(text) // 2 + 3],))
+    for criteria in (None, stop):
+        expected, produced = run(one_step, requests(vocab, criteria)), run(overlapped, requests(vocab, criteria))
+        assert_same(produced, expected)
+    assert produced["greedy"]["finish"] == ("stop", stop.strings[0])
+    assert len(chained) > 3, "no step was dispatched behind another"
+    assert overlapped.block_manager.num_free_pages == config.num_pages - 1
+
+
+def test_an_abort_while_the_next_window_is_in_flight(tiny_engine_factory):
+    engine = tiny_engine_factory(WINDOW)
+    vocab = engine.model_config.vocab_size
+    batch = requests(vocab)[:3]
+    for request in batch:
+        engine.add_request(request)
+    for _ in range(3):  # the prompts, then a window that lands with the next one in flight
+        engine.step()
+    assert engine._in_flight is not None
+    assert engine.abort("greedy").finish_reason == "abort"
+    finished = {}
+    while engine.has_unfinished():
+        finished.update((output.request_id, output) for output in engine.step() if output.finished)
+    assert set(finished) == {"seeded", "penalised"}, "the aborted row's in-flight tokens were dropped"
+    assert all(finished[r.request_id].num_output_tokens == r.stop.max_tokens for r in batch[1:])
+    assert engine.block_manager.num_free_pages == WINDOW.num_pages - 1

@@ -183,13 +183,13 @@ def test_streamed_text_is_held_back_exactly_while_it_could_begin_the_stop(engine
 def test_the_end_token_set_is_built_once_per_sequence(engine, monkeypatch):
     stop_ids = tuple(range(1000, 1040))
     given = []  # the end-token set each sampled row hands the sampler
-    execute = engine.runner.execute
+    dispatch = engine.runner.dispatch
 
-    def spying_execute(rows, num_steps=1):
+    def spying_dispatch(rows, num_steps=1):
         given.extend(row.sampling.end_token_ids for row in rows if row.sampling is not None)
-        return execute(rows, num_steps)
+        return dispatch(rows, num_steps)
 
-    monkeypatch.setattr(engine.runner, "execute", spying_execute)
+    monkeypatch.setattr(engine.runner, "dispatch", spying_dispatch)
     # min_tokens bans the stop tokens, so the request runs all six steps.
     engine.add_request(Request("many-stops", PROMPT, GREEDY, StopCriteria(max_tokens=6, min_tokens=6,
                                                                           token_ids=stop_ids)))

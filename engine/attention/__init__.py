@@ -1,0 +1,86 @@
+"""Paged attention over ragged batches: one signature, an implementation per backend.
+
+- `reference` (engine/attention/reference.py): plain jnp. The CPU path, and the definition
+  every kernel is tested against.
+- `mosaic_gpu` (engine/attention/mosaic_gpu.py): a Pallas Mosaic GPU kernel for Hopper.
+  Asked for on a CPU it runs in GPU interpret mode: slow, for tests only.
+
+`auto` takes the kernel on a GPU when it serves the model's shape (16-bit cache, head_dim
+a multiple of 64, pages of whole 8-row tiles) and the reference otherwise: a float32 run on
+a GPU keeps XLA's exact arithmetic, which GPU-against-CPU parity checks rely on.
+
+Every implementation is called as
+    attention(q, k, v, k_cache, v_cache, layer, batch, scale) -> [tokens, heads, d]
+after the model has written the step's keys and values to the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import jax
+from jax.sharding import Mesh, PartitionSpec
+
+from engine.attention import mosaic_gpu
+from engine.attention.reference import paged_attention as reference_attention
+from engine.sharding import TENSOR_AXIS
+
+AUTO, REFERENCE, MOSAIC_GPU = "auto", "reference", "mosaic_gpu"
+IMPLEMENTATIONS = (AUTO, REFERENCE, MOSAIC_GPU)
+
+Attention = Callable[..., jax.Array]
+
+
+def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int) -> str:
+    """The implementation `name` stands for on this backend: auto becomes one of the others."""
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
+    if name != AUTO:
+        return name
+    on_gpu = jax.default_backend() == "gpu"
+    fits = mosaic_gpu.supports(dtype, head_dim, num_heads, num_kv_heads, page_size)
+    return MOSAIC_GPU if on_gpu and fits else REFERENCE
+
+
+def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) -> Attention:
+    """The attention function of a resolved implementation name, laid over `mesh`."""
+    if name == REFERENCE:
+        return reference_attention
+    interpret = None if jax.default_backend() == "gpu" else interpret_params()
+    kernel = partial(kernel_attention, interpret=interpret)
+    if mesh is None or mesh.size == 1:
+        return kernel
+    return over_mesh(kernel, mesh, num_kv_heads)
+
+
+def kernel_attention(q, k, v, k_cache, v_cache, layer, batch, scale, *, interpret=None):
+    """The kernel behind the common signature: k and v are already in the cache."""
+    del k, v
+    return mosaic_gpu.ragged_paged_attention(q, k_cache, v_cache, layer, batch.token_rows, batch.positions,
+                                             batch.block_tables, scale, interpret=interpret)
+
+
+def over_mesh(kernel: Attention, mesh: Mesh, num_kv_heads: int) -> Attention:
+    """The kernel once per device on its own heads (a Pallas call is not partitioned by XLA).
+
+    The KV heads split over the tensor-parallel axis as engine/sharding.py splits the cache,
+    and each device's query heads are the groups of its KV heads. With KV heads that do not
+    divide, the cache is replicated and so is the work."""
+    split = num_kv_heads % mesh.shape[TENSOR_AXIS] == 0
+    heads = PartitionSpec(None, TENSOR_AXIS, None) if split else PartitionSpec()
+    cache = PartitionSpec(None, None, None, TENSOR_AXIS, None) if split else PartitionSpec()
+
+    def attend(q, k, v, k_cache, v_cache, layer, batch, scale):
+        per_device = jax.shard_map(lambda q, kc, vc, layer, batch: kernel(q, None, None, kc, vc, layer, batch, scale),
+                                   mesh=mesh, in_specs=(heads, cache, cache, PartitionSpec(), PartitionSpec()),
+                                   out_specs=heads, check_vma=False)
+        return per_device(q, k_cache, v_cache, layer, batch)
+
+    return attend
+
+
+def interpret_params():
+    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # no public path in jax 0.10
+
+    return InterpretGPUParams()

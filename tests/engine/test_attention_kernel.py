@@ -1,0 +1,158 @@
+"""The Mosaic GPU ragged paged attention kernel against the jnp reference.
+
+On the CPU the kernel runs in GPU interpret mode (FLINT_KERNEL_MODE=interpret, the default):
+its TMA copies, barriers, paging, masks, online softmax and row stores run as written, and
+only its two wgmma products become plain dots. `FLINT_KERNEL_MODE=compiled` runs the kernel
+for real on a GPU (tools/gpu_check.sh). Either way the kernel also lowers to a Mosaic GPU
+module for the 8B and SmolLM2 shapes, which checks what interpret mode cannot: the layouts
+and the wgmma operands."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import export
+
+from attention_cases import make_step
+from engine.attention import MOSAIC_GPU, REFERENCE, interpret_params, resolve
+from engine.attention.mosaic_gpu import ragged_paged_attention, supports
+from engine.attention.reference import paged_attention
+from engine.attention.work import work_items
+
+COMPILED = os.environ.get("FLINT_KERNEL_MODE", "interpret") == "compiled"
+BF16 = ml_dtypes.bfloat16
+SCALE = 0.125
+# P is rounded to bfloat16 before P V: about 3e-3 of relative error; float32 gives ~1e-6.
+TOLERANCE = 1e-2
+
+
+def run_kernel(step, dtype=BF16):
+    return np.asarray(ragged_paged_attention(
+        jnp.asarray(step.q, dtype), jnp.asarray(step.k_cache, dtype), jnp.asarray(step.v_cache, dtype),
+        step.layer, jnp.asarray(step.batch.token_rows), jnp.asarray(step.batch.positions),
+        jnp.asarray(step.batch.block_tables), SCALE, interpret=None if COMPILED else interpret_params()),
+        np.float32)
+
+
+def run_reference(step):
+    """The reference in float32 on the kernel's bf16-rounded inputs."""
+    rounded = [np.asarray(a).astype(BF16).astype(np.float32) for a in (step.q, step.k, step.v, step.k_cache, step.v_cache)]
+    return np.asarray(paged_attention(*map(jnp.asarray, rounded), step.layer, step.batch, SCALE))
+
+
+def check(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None, seed=0):
+    num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
+    step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
+                     num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
+    out, expected = run_kernel(step), run_reference(step)
+    real = step.batch.token_rows >= 0
+    assert np.isfinite(out).all()
+    error = np.linalg.norm(out[real] - expected[real]) / np.linalg.norm(expected[real])
+    assert error < TOLERANCE, error
+    assert not out[~real].any(), "padding tokens must come back as zeros"
+    # Each real token matches on its own too: no token borrows another row's keys.
+    per_token = np.linalg.norm(out[real] - expected[real], axis=(1, 2)) / np.linalg.norm(expected[real], axis=(1, 2))
+    assert per_token.max() < 3 * TOLERANCE, per_token.max()
+
+
+def test_decode_rows_of_ragged_lengths():
+    check([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (64, 1)])
+
+
+def test_prefill_only_chunks_spanning_tiles_and_blocks():
+    # Group 2 -> 32 tokens per tile: 70 tokens make three tiles; 150 keys three key blocks.
+    check([(0, 70), (80, 40)], num_tokens=128)
+
+
+def test_mixed_step_with_prefix_and_fresh_prompts():
+    check([(12, 1), (0, 9), (33, 1), (40, 24), (7, 1)], num_tokens=64, seed=1)
+
+
+@pytest.mark.parametrize("page_size", [8, 16, 32, 48])
+def test_page_boundaries(page_size):
+    # Contexts that end just before, on and after page edges.
+    rows = [(page_size - 1, 1), (page_size, 1), (page_size + 1, 2), (2 * page_size - 3, 5)]
+    check(rows, page_size=page_size, seed=page_size)
+
+
+@pytest.mark.parametrize("num_heads,num_kv", [(4, 4), (9, 3), (8, 2), (16, 2), (64, 1)])
+def test_gqa_groups(num_heads, num_kv):
+    check([(3, 1), (0, 12), (21, 1), (50, 7)], num_heads=num_heads, num_kv=num_kv, seed=num_heads)
+
+
+def test_head_dim_128_as_in_llama_8b():
+    check([(9, 1), (0, 20), (70, 3)], num_heads=8, num_kv=2, head_dim=128)
+
+
+def test_empty_rows_and_padding_in_the_bucket():
+    # A bucket of 8 rows and 32 tokens holding 3 rows and 9 tokens.
+    check([(4, 1), (0, 6), (15, 2)], num_tokens=32, num_rows=8)
+
+
+def test_work_items_cover_every_token_once():
+    step = make_step([(3, 1), (0, 40), (10, 1), (5, 17)], num_heads=8, num_kv=2, head_dim=8, page_size=4,
+                     num_tokens=64, num_rows=6, dtype=np.float32)
+    items = np.asarray(work_items(jnp.asarray(step.batch.token_rows), jnp.asarray(step.batch.positions), 6, 16))
+    covered = np.zeros(64, int)
+    for row, first, count, first_position in items:
+        covered[first:first + count] += 1
+        assert (step.batch.token_rows[first:first + count] == row).all()
+        assert step.batch.positions[first] == first_position or count == 0
+        assert count <= 16
+    assert (covered == (step.batch.token_rows >= 0)).all()
+
+
+def test_auto_takes_the_kernel_only_on_gpus_for_shapes_it_serves():
+    on_gpu = jax.default_backend() == "gpu"
+    assert resolve("auto", "bfloat16", 128, 32, 8, 16) == (MOSAIC_GPU if on_gpu else REFERENCE)
+    assert resolve("auto", "float32", 128, 32, 8, 16) == REFERENCE
+    assert not supports(jnp.float32, 64, 9, 3, 16) and not supports(jnp.bfloat16, 32, 4, 2, 16)
+    assert not supports(jnp.bfloat16, 64, 4, 2, 4) and supports(jnp.bfloat16, 64, 9, 3, 16)
+    with pytest.raises(ValueError, match="attention"):
+        resolve("flash", "bfloat16", 128, 32, 8, 16)
+
+
+@pytest.mark.parametrize("num_heads,num_kv,head_dim", [(32, 8, 128), (9, 3, 64)])
+def test_kernel_lowers_to_mosaic_gpu(num_heads, num_kv, head_dim):
+    """Lowered for CUDA from any machine: Mosaic GPU checks layouts and wgmma shapes here."""
+    def attend(q, k_cache, v_cache, layer, token_rows, positions, tables):
+        return ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, tables, SCALE)
+
+    cache = jax.ShapeDtypeStruct((2, 64, 16, num_kv, head_dim), jnp.bfloat16)
+    tokens = jax.ShapeDtypeStruct((128,), jnp.int32)
+    args = (jax.ShapeDtypeStruct((128, num_heads, head_dim), jnp.bfloat16), cache, cache,
+            jax.ShapeDtypeStruct((), jnp.int32), tokens, tokens, jax.ShapeDtypeStruct((16, 8), jnp.int32))
+    module = export.export(jax.jit(attend), platforms=["cuda"])(*args).mlir_module()
+    assert "mosaic_gpu" in module
+
+
+def test_model_with_the_kernel_matches_the_reference_model():
+    """Through ModelRunner: the model writes the step's keys before the kernel reads them,
+    a prompt in two chunks and then a decode, in bfloat16, against the same model on the
+    reference attention."""
+    from engine.config import EngineConfig, ModelConfig
+    from engine.params import random_params
+    from engine.runner import ModelRunner, RowPlan
+
+    config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=64)
+    params = random_params(config, seed=3)
+    prompt = list(np.random.default_rng(0).integers(0, 64, 30))
+    table = list(range(1, 4))
+
+    def logits(attention):
+        engine = EngineConfig(max_model_len=48, max_num_seqs=2, max_num_batched_tokens=32, page_size=16,
+                              num_pages=8, dtype="bfloat16", attention=attention)
+        runner = ModelRunner(config, engine, params)
+        assert runner.attention == attention
+        chunks = [RowPlan(prompt[:20], 0, table), RowPlan(prompt[20:29], 20, table), RowPlan(prompt[29:], 29, table)]
+        return np.concatenate([runner.hidden_logits([chunk]) for chunk in chunks])
+
+    kernel, reference = logits(MOSAIC_GPU), logits(REFERENCE)
+    error = np.linalg.norm(kernel - reference) / np.linalg.norm(reference)
+    assert error < 2e-2, error
