@@ -61,21 +61,22 @@ def kernel_attention(q, k, v, k_cache, v_cache, layer, batch, scale, *, interpre
                                              batch.block_tables, scale, interpret=interpret)
 
 
-def over_mesh(kernel: Attention, mesh: Mesh, num_kv_heads: int) -> Attention:
-    """The kernel once per device on its own heads (a Pallas call is not partitioned by XLA).
+def over_mesh(attention: Attention, mesh: Mesh, num_kv_heads: int) -> Attention:
+    """`attention` once per device on its own heads (a Pallas call is not partitioned by XLA).
 
     The KV heads split over the tensor-parallel axis as engine/sharding.py splits the cache,
     and each device's query heads are the groups of its KV heads. With KV heads that do not
-    divide, the cache is replicated and so is the work."""
+    divide, everything is replicated and so is the work."""
     split = num_kv_heads % mesh.shape[TENSOR_AXIS] == 0
     heads = PartitionSpec(None, TENSOR_AXIS, None) if split else PartitionSpec()
     cache = PartitionSpec(None, None, None, TENSOR_AXIS, None) if split else PartitionSpec()
 
     def attend(q, k, v, k_cache, v_cache, layer, batch, scale):
-        per_device = jax.shard_map(lambda q, kc, vc, layer, batch: kernel(q, None, None, kc, vc, layer, batch, scale),
-                                   mesh=mesh, in_specs=(heads, cache, cache, PartitionSpec(), PartitionSpec()),
-                                   out_specs=heads, check_vma=False)
-        return per_device(q, k_cache, v_cache, layer, batch)
+        per_device = jax.shard_map(
+            lambda q, k, v, k_cache, v_cache, layer, batch: attention(q, k, v, k_cache, v_cache, layer, batch, scale),
+            mesh=mesh, in_specs=(heads, heads, heads, cache, cache, PartitionSpec(), PartitionSpec()),
+            out_specs=heads, check_vma=False)
+        return per_device(q, k, v, k_cache, v_cache, layer, batch)
 
     return attend
 

@@ -8,6 +8,8 @@ import sys
 import jax
 import numpy as np
 
+import engine.runner
+from engine.attention import over_mesh, reference_attention
 from engine.config import EngineConfig, ModelConfig
 from engine.params import random_params
 from engine.runner import ModelRunner, RowPlan
@@ -29,6 +31,10 @@ def run(mesh_shape):
 
 single_runner, single = run((1,))
 sharded_runner, sharded = run((4,))
+# The wrapper that runs a kernel once per device on its own heads (engine/attention over_mesh),
+# around the reference: GPU interpret mode cannot run a kernel on several simulated devices.
+engine.runner.attention_for = lambda name, mesh, num_kv: over_mesh(reference_attention, mesh, num_kv)
+_, per_device = run((4,))
 wq = sharded_runner.state["layers"]["wqkv"][...]
 print(json.dumps({
     "devices": len(jax.devices()),
@@ -36,5 +42,6 @@ print(json.dumps({
     "wq_devices": len(wq.sharding.device_set),
     "cache_spec": str(sharded_runner.kv_cache.k.sharding.spec),
     "max_relative_error": float(np.max(np.abs(single - sharded)) / np.max(np.abs(single))),
+    "per_device_attention_error": float(np.max(np.abs(single - per_device)) / np.max(np.abs(single))),
 }))
 sys.exit(0)

@@ -22,3 +22,4 @@ def test_four_device_mesh_matches_single_device():
     assert report["wq_devices"] == 4 and "tp" in report["wq_spec"]  # weights really are split
     assert "tp" in report["cache_spec"]
     assert report["max_relative_error"] < 1e-5
+    assert report["per_device_attention_error"] < 1e-5
