@@ -86,18 +86,44 @@ def random_params(config: ModelConfig, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
 
     def draw(name: str, spec: ParamSpec) -> np.ndarray:
-        values = rng.standard_normal(spec.shape)
-        if name.endswith("norm"):
-            values = 1.0 + 0.1 * values
-        elif name in ("bq", "bk", "bv"):
-            values = 0.1 * values
-        elif name != "embed":
-            values = values / np.sqrt(spec.shape[-1])  # fan-in: weights are [out, in]
-        return values.astype(np.float32)
+        return scale_draw(name, rng.standard_normal(spec.shape)).astype(np.float32)
 
     specs = param_specs(config)
     params = {name: draw(name, spec) for name, spec in specs.items() if name != "layers"}
     params["layers"] = {name: draw(name, spec) for name, spec in specs["layers"].items()}
+    return params
+
+
+def scale_draw(name: str, values):
+    """Standard normal `values` (NumPy or jax) scaled as `random_params` describes."""
+    if name.endswith("norm"):
+        return 1.0 + 0.1 * values
+    if name in ("bq", "bk", "bv"):
+        return 0.1 * values
+    if name != "embed":
+        return values / np.sqrt(values.shape[-1])  # fan-in: weights are [out, in]
+    return values
+
+
+def random_device_params(config: ModelConfig, dtype: str, shardings: dict, seed: int = 0) -> dict:
+    """Random weights like `random_params`, drawn on the devices by jax.random inside jit and
+    laid out by `shardings` (engine/sharding.py `param_shardings` of `param_specs(config)`).
+
+    For benchmarks of real model sizes: an 8B model's 16 GB of bfloat16 would take minutes
+    to draw in host NumPy, and twice that in float32 before the cast. One jit per weight
+    keeps the peak at one weight's float32 draw beyond the weights themselves."""
+    import jax
+
+    specs = param_specs(config)
+    names = [name for name in specs if name != "layers"]
+    keys = iter(jax.random.split(jax.random.key(seed), len(names) + len(specs["layers"])))
+
+    def draw(name: str, spec: ParamSpec, sharding):
+        normal = lambda key: scale_draw(name, jax.random.normal(key, spec.shape)).astype(dtype)  # noqa: E731
+        return jax.jit(normal, out_shardings=sharding)(next(keys))
+
+    params = {name: draw(name, specs[name], shardings[name]) for name in names}
+    params["layers"] = {name: draw(name, spec, shardings["layers"][name]) for name, spec in specs["layers"].items()}
     return params
 
 

@@ -1,0 +1,240 @@
+"""The GPU benchmark of issue 13 on a Llama-3-8B-shaped model with random bfloat16 weights.
+
+    python3 tools/gpu_bench.py [--out DIR]          the 8B shape (on a GPU: about 20 GB)
+    python3 tools/gpu_bench.py --smoke [--out DIR]  a tiny shape, on the CPU in seconds (tests)
+
+In one run, each figure against what the same run measured of the machine:
+- copy bandwidth: a large device-to-device copy, bytes read plus written, median of several;
+- batch-1 decode through the Engine: tokens/s, and the step time against the HBM roofline
+  (bytes of weights and KV read per step over that bandwidth), as a percentage; the same
+  for the device alone (a compiled window of decode steps, no host in between);
+- throughput (output tokens/s over the whole run) at each concurrency, 128 prompt and 128
+  output tokens each, as tools/bench_engine.py measures it;
+- time to first token of a 2,048-token prompt;
+- a jax.profiler trace of one decode step at 1 and at the largest concurrency: the shares
+  of attention, matmuls, sampling, other and idle (tools/gpu_trace.py).
+It writes DIR/gpu_check.json and DIR/gpu_check.md after every figure (a run cut short keeps
+what it measured) and the traces as DIR/profile_ROWS.json.gz (Perfetto's JSON). DIR is
+$OUT when set, else ./gpu-check-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import gpu_report  # noqa: E402
+from bench_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.params import param_specs, random_device_params  # noqa: E402
+from engine.sharding import make_mesh, param_shardings  # noqa: E402
+from gpu_models import SHAPES, kv_bytes_per_token, random_engine, served_bytes  # noqa: E402
+from gpu_trace import decode_step, profile_decode  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one benchmark run measures, and the engine it builds for it."""
+
+    shape: str  # a key of gpu_models.SHAPES
+    dtype: str
+    concurrency: tuple[int, ...]
+    prompt_tokens: int
+    output_tokens: int
+    ttft_prompt_tokens: int
+    # Few buckets: each costs a compile of the whole step (the 10-minute budget), and
+    # every step of the run fits one: 1 (a stream), each concurrency's decodes, and the
+    # step budget, which holds the TTFT prompt in one chunk and max_prefill_rows prompts.
+    token_buckets: tuple[int, ...]
+    max_prefill_rows: int  # prompts in one prefill step (only the jnp attention unrolls over them)
+    copy_mib: int  # of the copied buffer; the copy moves twice as many bytes
+    repeats: int = 10
+
+
+SETTINGS = {
+    # 16 prompts of 128 tokens fill a 2,048-token prefill step.
+    "llama3-8b": Settings(shape="llama3-8b", dtype="bfloat16", concurrency=(64, 256), prompt_tokens=128,
+                          output_tokens=128, ttft_prompt_tokens=2048, token_buckets=(1, 64, 256, 2048),
+                          max_prefill_rows=16, copy_mib=4096),
+    # float32, the CPU's fastest dtype: the smoke run checks the plumbing, not bfloat16.
+    "tiny": Settings(shape="tiny", dtype="float32", concurrency=(4, 8), prompt_tokens=16, output_tokens=16,
+                     ttft_prompt_tokens=64, token_buckets=(1, 8, 64), max_prefill_rows=4, copy_mib=64, repeats=3),
+}
+TARGETS = {"decode_b1_roofline_pct": ">= 85 (H100)", "throughput_256_tok_s": ">= 15,000 (H100)"}
+PROFILE_CATEGORIES = ("attention", "matmul", "sampling", "other", "idle")
+
+
+def metric_keys(settings: Settings) -> list[str]:
+    """Every metric a complete run of `settings` records (tests/tools check them)."""
+    keys = ["copy_bandwidth_gb_s", "weights_s", "compile_s", "decode_b1_tok_s", "decode_b1_step_ms",
+            "decode_b1_roofline_ms", "decode_b1_roofline_pct", "decode_b1_device_step_ms", "decode_b1_device_pct"]
+    keys += [f"throughput_{c}_tok_s" for c in settings.concurrency]
+    keys += [f"throughput_{c}_decode_tok_s" for c in settings.concurrency]
+    keys += ["ttft_s"]
+    for rows in profile_rows(settings):
+        keys += [f"profile_{rows}_step_ms"] + [f"profile_{rows}_{c}_pct" for c in PROFILE_CATEGORIES]
+    return keys
+
+
+def profile_rows(settings: Settings) -> tuple[int, ...]:
+    return (1, max(settings.concurrency))
+
+
+def median_seconds(run, repeats: int) -> float:
+    """Median of `repeats` timed calls of `run` (which waits for the device), after a warm-up."""
+    run()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def copy_bandwidth(num_bytes: int, repeats: int) -> float:
+    """Bytes per second of a device-to-device copy (a jitted `copy` stays an XLA copy),
+    counting the bytes read and the bytes written. The buffer holds a ramp, not zeros."""
+    source = jax.numpy.arange(num_bytes // 4, dtype=jax.numpy.uint32)
+    copy = jax.jit(lambda array: array.copy())
+    seconds = median_seconds(lambda: copy(source).block_until_ready(), repeats)
+    return 2 * num_bytes / seconds
+
+
+def engine_args(settings: Settings) -> argparse.Namespace:
+    """The fields tools/bench_engine.py's helpers read."""
+    return argparse.Namespace(concurrency=list(settings.concurrency), prompt_tokens=settings.prompt_tokens,
+                              output_tokens=settings.output_tokens, ttft_prompt_tokens=settings.ttft_prompt_tokens,
+                              dtype=settings.dtype)
+
+
+def build_engine(settings: Settings, record: dict) -> Engine:
+    """The engine over random weights drawn on the device, every bucket compiled."""
+    config = dataclasses.replace(bench_config(engine_args(settings)), token_buckets=settings.token_buckets,
+                                 max_num_batched_tokens=settings.token_buckets[-1],
+                                 max_prefill_rows=settings.max_prefill_rows, quantization="none")
+    model = SHAPES[settings.shape]
+    mesh = make_mesh(config)
+    started = time.perf_counter()
+    params = random_device_params(model, settings.dtype, param_shardings(model, mesh, param_specs(model)))
+    engine = random_engine(model, config, params, mesh)
+    del params  # the runner holds the fused, served weights; the drawn ones can go
+    jax.block_until_ready(engine.runner.state)
+    gpu_report.put(record, "weights_s", time.perf_counter() - started, "random weights drawn on the device (s)")
+    seconds = engine.runner.warmup(lambda line: print(line, flush=True))
+    gpu_report.put(record, "compile_s", seconds, f"compile of the buckets {list(config.token_buckets)} (s)")
+    return engine
+
+
+def warm(engine: Engine, settings: Settings, rng) -> None:
+    """A short run at each concurrency, so every bucket has run once before it is timed."""
+    args = dataclasses.replace(settings, prompt_tokens=16, output_tokens=2 * engine.config.max_decode_steps)
+    for count in (1, *settings.concurrency):
+        timed_run(engine, requests_for(engine, engine_args(args), count, f"warm{count}", rng))
+
+
+def measure_decode(engine: Engine, settings: Settings, bandwidth: float, record: dict, rng) -> None:
+    """Batch-1 decode through the engine and on the device alone, against the roofline."""
+    context = settings.prompt_tokens + settings.output_tokens // 2  # the mean over the decode
+    step_bytes = served_bytes(engine) + context * kv_bytes_per_token(engine.model_config, settings.dtype)
+    roofline_ms = 1e3 * step_bytes / bandwidth
+    rate = single_stream(engine, engine_args(settings), rng)
+    gpu_report.put(record, "decode_b1_tok_s", rate, "batch-1 decode through the engine (tok/s)")
+    gpu_report.put(record, "decode_b1_step_ms", 1e3 / rate, "batch-1 decode step (ms)")
+    gpu_report.put(record, "decode_b1_roofline_ms", roofline_ms,
+                   f"HBM roofline of that step: {step_bytes / 1e9:.2f} GB of weights and KV (ms)")
+    gpu_report.put(record, "decode_b1_roofline_pct", 100 * roofline_ms * rate / 1e3,
+                   "batch-1 decode, percent of the HBM roofline", TARGETS["decode_b1_roofline_pct"])
+    window = engine.config.max_decode_steps
+    step, _ = decode_step(engine.runner, 1, context, num_steps=window)
+    device_ms = 1e3 * median_seconds(step, settings.repeats) / window
+    gpu_report.put(record, "decode_b1_device_step_ms", device_ms,
+                   f"batch-1 decode step on the device alone, a window of {window} (ms)")
+    gpu_report.put(record, "decode_b1_device_pct", 100 * roofline_ms / device_ms,
+                   "batch-1 device step, percent of the HBM roofline")
+
+
+def measure_throughput(engine: Engine, settings: Settings, record: dict, rng) -> None:
+    for count in settings.concurrency:
+        total, decode = aggregate(engine, engine_args(settings), count, rng)
+        shape = f"{count} sequences, {settings.prompt_tokens} prompt and {settings.output_tokens} output tokens"
+        gpu_report.put(record, f"throughput_{count}_tok_s", total, f"throughput at {shape} (output tok/s)",
+                       TARGETS.get(f"throughput_{count}_tok_s", ""))
+        gpu_report.put(record, f"throughput_{count}_decode_tok_s", decode,
+                       f"throughput at {count} sequences once all have their first token (output tok/s)")
+
+
+def measure_profiles(engine: Engine, settings: Settings, out_dir: Path, record: dict) -> None:
+    context = settings.prompt_tokens + settings.output_tokens // 2
+    record["profiles"] = {}
+    for rows in profile_rows(settings):
+        profile = profile_decode(engine.runner, rows, context, keep=out_dir / f"profile_{rows}.json.gz")
+        record["profiles"][str(rows)] = profile
+        gpu_report.put(record, f"profile_{rows}_step_ms", profile["step_ms"],
+                       f"traced decode step of {rows} rows at {context} tokens, host to host (ms)")
+        for category in PROFILE_CATEGORIES:
+            gpu_report.put(record, f"profile_{rows}_{category}_pct", profile[f"{category}_pct"],
+                           f"  of which {category} (percent of the step)")
+
+
+def run(settings: Settings, out_dir: Path, command: str) -> dict:
+    """Every figure in order of what matters most, the record written after each."""
+    record = gpu_report.new_record(command)
+    record["settings"] = dataclasses.asdict(settings)
+    rng = np.random.default_rng(0)
+    save = lambda: gpu_report.write(out_dir, record)  # noqa: E731
+    bandwidth = copy_bandwidth(settings.copy_mib << 20, settings.repeats)
+    gpu_report.put(record, "copy_bandwidth_gb_s", bandwidth / 1e9,
+                   f"device-to-device copy of {settings.copy_mib} MiB, read + written (GB/s)")
+    save()
+    engine = build_engine(settings, record)
+    save()
+    warm(engine, settings, rng)
+    measures = {
+        "decode": lambda: measure_decode(engine, settings, bandwidth, record, rng),
+        "throughput": lambda: measure_throughput(engine, settings, record, rng),
+        "ttft": lambda: gpu_report.put(record, "ttft_s", time_to_first_token(engine, engine_args(settings), rng),
+                                       f"time to first token, {settings.ttft_prompt_tokens}-token prompt (s)"),
+        "profiles": lambda: measure_profiles(engine, settings, out_dir, record),
+    }
+    for name, measure in measures.items():
+        started = time.perf_counter()
+        try:
+            measure()
+        except Exception as error:  # one figure's failure must not cost the others of a rare GPU run
+            record.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"
+            traceback.print_exc()
+        save()
+        print(f"measured {name} ({time.perf_counter() - started:.1f} s)", flush=True)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the tiny shape (CPU, seconds), for tests")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check-out"))
+    parser.add_argument("--buckets", type=int, nargs="+", default=None, help="token buckets to compile instead")
+    args = parser.parse_args(argv)
+    settings = SETTINGS["tiny" if args.smoke else "llama3-8b"]
+    if args.buckets:
+        settings = dataclasses.replace(settings, token_buckets=tuple(sorted(args.buckets)))
+    command = shlex.join(["python3", "tools/gpu_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    record = run(settings, args.out, command)
+    print(gpu_report.markdown(record))
+    return 1 if record.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
