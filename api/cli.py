@@ -25,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None, help="seed for temperature sampling")
     generate.add_argument("--model", default=None, help=MODEL_HELP)
     generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
-    generate.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                          help="compute dtype: float32 is fastest on CPU, bfloat16 on GPUs (default: %(default)s)")
+    generate.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                          help="compute dtype; auto: float32 on CPU (fastest there), bfloat16 on GPUs "
+                               "(default: %(default)s)")
     add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
                                               "else ~/.local/share/flint)")
     return parser

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from api.settings import MIB, Settings, default_compilation_cache, default_data_dir
-from engine.config import AUTO, QUANTIZATIONS, EngineConfig
+from engine.config import ATTENTIONS, AUTO, QUANTIZATIONS, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.lifecycle import EngineLifecycle
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = (AUTO, "float32", "bfloat16", "float16")
 EXIT_FAILED = 1  # the model could not load, or the engine stopped on an error
 EXIT_BAD_ARGUMENTS = 2
 EXIT_STARTUP_FAILED = 3  # the server could not start (the port is taken, ...)
@@ -60,7 +60,14 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help=f"KV-cache pages of {engine.page_size} tokens (default: room for --max-num-seqs "
                             "sequences of an eighth of --max-model-len each, and for one full-length one)")
     serve.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
-                       help="compute dtype: float32 is fastest on CPU, bfloat16 on GPUs (default: %(default)s)")
+                       help="compute and KV-cache dtype; auto: float32 on CPU (fastest there), bfloat16 on "
+                            "GPUs (default: %(default)s)")
+    serve.add_argument("--tensor-parallel-size", "-tp", type=at_least(1), default=engine.mesh_shape[0],
+                       help="devices the model is split over, by attention heads and MLP columns "
+                            "(default: %(default)s)")
+    serve.add_argument("--attention", default=engine.attention, choices=ATTENTIONS,
+                       help="attention implementation; auto: the Mosaic GPU kernel on GPUs where it serves the "
+                            "model's shape, the jnp reference otherwise (default: %(default)s)")
     serve.add_argument("--quantization", default=AUTO, choices=(AUTO, *QUANTIZATIONS),
                        help="weights of the layers: int8 (a quarter of float32's bytes, widened as they are "
                             "read) or none (the compute dtype); auto: int8 on CPU for GGUF files, none "
@@ -127,6 +134,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     engine = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
                           dtype=args.dtype, quantization=args.quantization,
+                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
                           enable_prefix_caching=not args.no_prefix_caching)
     return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,

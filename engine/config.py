@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
-AUTO = "auto"  # int8 on CPU for GGUF checkpoints, none otherwise (engine/weights.py)
+AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/weights.py), attention
+ATTENTIONS = (AUTO, "reference", "mosaic_gpu")  # engine/attention's implementations
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class EngineConfig:
     page_size: int = 16  # tokens per KV-cache page
     num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
-    dtype: str = "float32"  # compute and cache dtype; float32 is fastest on XLA's CPU backend
+    dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved by the runner)
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/attention: auto (the kernel on GPUs), reference or mosaic_gpu
@@ -98,6 +99,8 @@ class EngineConfig:
             object.__setattr__(self, "token_buckets", buckets)
         if self.token_buckets[-1] < self.max_num_batched_tokens:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
         if self.max_prefill_rows < 1 or self.max_decode_steps < 1:
             raise ValueError("max_prefill_rows and max_decode_steps must be at least 1")
         if self.max_num_seqs > self.max_num_batched_tokens:

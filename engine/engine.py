@@ -27,7 +27,7 @@ from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.tokenizer import Tokenizer
-from engine.weights import resolve_quantization
+from engine.weights import resolve_dtype, resolve_quantization
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Engine:
 
     def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None):
         quantization = resolve_quantization(config.quantization, checkpoint.source.format)
-        config = self.config = dataclasses.replace(config, quantization=quantization)
+        config = self.config = dataclasses.replace(config, quantization=quantization, dtype=resolve_dtype(config.dtype))
         self.model_config = checkpoint.config
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
@@ -78,8 +78,16 @@ class Engine:
         checkpoint = load_checkpoint(model, shardings=lambda c, p: param_shardings(c, mesh, p))
         engine = cls(checkpoint, tokenizer_for(checkpoint), config, mesh)
         checkpoint.params = None  # the runner holds the served weights; let the loaded ones go
+        if report:
+            report(engine.describe())
         engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets())
         return engine
+
+    def describe(self) -> str:
+        """Where and how the model runs, for the start-up log."""
+        mesh, config = self.runner.mesh, self.config
+        return (f"{mesh.size} {mesh.devices.flat[0].platform} device(s), tensor parallel over {mesh.size}; "
+                f"dtype {config.dtype}, quantization {config.quantization}, attention {self.runner.attention}")
 
     def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
         """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from

@@ -34,7 +34,7 @@ from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
 from engine.sampling.inputs import RowSampling, fill_row
 from engine.sharding import make_mesh, replicated, served_shardings
-from engine.weights import serving_weights
+from engine.weights import resolve_dtype, serving_weights
 
 
 @dataclass
@@ -91,6 +91,7 @@ class ModelRunner:
 
     def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict, mesh=None):
         self.model_config = model_config
+        engine_config = dataclasses.replace(engine_config, dtype=resolve_dtype(engine_config.dtype))
         self.config = engine_config
         self.mesh = mesh if mesh is not None else make_mesh(engine_config)
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.

@@ -38,7 +38,8 @@ def make_mesh(engine_config: EngineConfig) -> Mesh:
     num_devices = int(np.prod(engine_config.mesh_shape))
     devices = jax.devices()
     if num_devices > len(devices):
-        raise ValueError(f"mesh of {num_devices} devices requested, {len(devices)} available")
+        raise ValueError(f"a tensor-parallel size of {num_devices} needs {num_devices} devices, and JAX sees "
+                         f"{len(devices)} ({jax.default_backend()})")
     return Mesh(np.array(devices[:num_devices]), (TENSOR_AXIS,))
 
 

@@ -97,7 +97,7 @@ def run_engine_benchmarks(args: argparse.Namespace) -> None:
     config = bench_config(args)
     started = time.perf_counter()
     engine = Engine.from_model(args.model, config)
-    print(f"engine: {config.max_num_seqs} seqs, buckets {list(config.token_buckets)}, {config.dtype}; "
+    print(f"engine: {config.max_num_seqs} seqs, buckets {list(config.token_buckets)}, {engine.config.dtype}; "
           f"load and compile {time.perf_counter() - started:.0f} s")
     rng = np.random.default_rng(0)
     timed_run(engine, requests_for(engine, args, 2, "warm", rng))  # first-touch effects out of the figures

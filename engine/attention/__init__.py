@@ -24,10 +24,11 @@ from jax.sharding import Mesh, PartitionSpec
 
 from engine.attention import mosaic_gpu
 from engine.attention.reference import paged_attention as reference_attention
+from engine.config import ATTENTIONS
 from engine.sharding import TENSOR_AXIS
 
-AUTO, REFERENCE, MOSAIC_GPU = "auto", "reference", "mosaic_gpu"
-IMPLEMENTATIONS = (AUTO, REFERENCE, MOSAIC_GPU)
+IMPLEMENTATIONS = ATTENTIONS
+AUTO, REFERENCE, MOSAIC_GPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
 

@@ -30,12 +30,13 @@ def test_every_flag_reaches_the_settings(monkeypatch):
                      "--max-waiting", "3", "--shutdown-timeout", "2.5", "--max-body-bytes", "1000",
                      "--max-model-len", "512", "--max-num-seqs", "4", "--max-num-batched-tokens", "32",
                      "--num-pages", "100", "--dtype", "bfloat16", "--quantization", "int8", "--no-prefix-caching",
-                     "--allow-special-tokens-in-content")
+                     "--allow-special-tokens-in-content", "--tensor-parallel-size", "2", "--attention", "reference")
     assert settings == Settings(
         host="0.0.0.0", port=9000, model="m.gguf", api_key="k", max_waiting=3, shutdown_timeout=2.5,
         max_body_bytes=1000, allow_special_tokens_in_content=True, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
                                                  num_pages=100, dtype="bfloat16", quantization="int8",
-                                                 enable_prefix_caching=False))
+                                                 enable_prefix_caching=False, mesh_shape=(2,),
+                                                 attention="reference"))
 
 
 def test_the_api_key_comes_from_the_environment(monkeypatch):
@@ -51,7 +52,8 @@ def test_default_num_pages_fit_an_eighth_of_every_sequence_and_one_whole():
                  num_pages=default_num_pages(2048, 1, 16))  # valid: EngineConfig checks the fit
 
 
-@pytest.mark.parametrize("flags", [["--max-waiting", "-1"], ["--max-num-seqs", "0"], ["--dtype", "int4"]])
+@pytest.mark.parametrize("flags", [["--max-waiting", "-1"], ["--max-num-seqs", "0"], ["--dtype", "int4"],
+                                   ["--tensor-parallel-size", "0"], ["--attention", "flash"]])
 def test_bad_values_are_refused_by_the_parser(flags):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["serve", *flags])
@@ -70,3 +72,25 @@ def test_max_model_len_is_capped_at_the_models_context():
     assert settings.served(None) is settings
     assert settings.served(1024).engine.max_model_len == 1024
     assert settings.served(1024).engine.num_pages == 2048
+
+
+def test_auto_dtype_is_float32_on_cpu_and_bfloat16_elsewhere(monkeypatch):
+    import jax
+
+    from engine.weights import resolve_dtype
+
+    assert parse().engine.dtype == "auto"
+    assert resolve_dtype("auto") == "float32" and jax.default_backend() == "cpu"
+    assert resolve_dtype("float16") == "float16"
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert resolve_dtype("auto") == "bfloat16"
+
+
+def test_a_mesh_larger_than_the_devices_names_the_tensor_parallel_size():
+    import jax
+
+    from engine.sharding import make_mesh
+
+    size = len(jax.devices()) + 1
+    with pytest.raises(ValueError, match=f"tensor-parallel size of {size} needs {size} devices"):
+        make_mesh(EngineConfig(mesh_shape=(size,)))
