@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--output-tokens", type=int, default=128)
     engine.add_argument("--ttft-prompt-tokens", type=int, default=1000)
     engine.add_argument("--dtype", default="auto", help="compute dtype (auto: float32 on CPU, bfloat16 on GPUs)")
+    engine.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
+                        help="dispatch the next decode window before the last one's results are back")
     sampler = commands.add_parser("sampler", help="the full sampling step against greedy")
     sampler.add_argument("--rows", type=int, default=64)
     sampler.add_argument("--vocab", type=int, default=49152)

@@ -22,7 +22,8 @@ def bench_config(args: argparse.Namespace) -> EngineConfig:
     pages = max_seqs * -(-(args.prompt_tokens + args.output_tokens) // page_size)
     return EngineConfig(max_model_len=max_model_len, max_num_seqs=max_seqs, max_num_batched_tokens=512,
                         page_size=page_size, num_pages=max(pages, max_model_len // page_size) + 2,
-                        dtype=args.dtype, enable_prefix_caching=False)
+                        dtype=args.dtype, enable_prefix_caching=False,
+                        overlap_steps=getattr(args, "overlap_steps", True))
 
 
 def random_prompt(rng: np.random.Generator, vocab_size: int, length: int) -> list[int]:
