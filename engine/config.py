@@ -83,7 +83,7 @@ class EngineConfig:
     page_size: int = 16  # tokens per KV-cache page
     num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
-    dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved by the runner)
+    dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved in Engine)
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/attention: auto (the kernel on GPUs), reference or mosaic_gpu

@@ -53,7 +53,8 @@ class Engine:
 
     def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None):
         quantization = resolve_quantization(config.quantization, checkpoint.source.format)
-        config = self.config = dataclasses.replace(config, quantization=quantization, dtype=resolve_dtype(config.dtype))
+        config = self.config = dataclasses.replace(config, quantization=quantization,
+                                                   dtype=resolve_dtype(config.dtype))
         self.model_config = checkpoint.config
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)

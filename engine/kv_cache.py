@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 
 from engine.config import EngineConfig, ModelConfig
 from engine.sharding import kv_cache_sharding
+from engine.weights import resolve_dtype
 
 
 @jax.tree_util.register_dataclass
@@ -41,8 +42,9 @@ def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh) -> KVCac
 
 
 def kv_cache_bytes(model: ModelConfig, engine: EngineConfig) -> int:
-    """Bytes of K and V together, for sizing the cache to memory."""
+    """Bytes of K and V together, for sizing the cache to memory (before an Engine has
+    resolved an "auto" dtype, too)."""
     num_elements = 1
     for size in kv_cache_shape(model, engine):
         num_elements *= size
-    return 2 * num_elements * jnp.dtype(engine.dtype).itemsize
+    return 2 * num_elements * jnp.dtype(resolve_dtype(engine.dtype)).itemsize

@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from engine.attention import attention_for
+from engine.attention import checked as checked_attention
 from engine.attention import resolve as resolve_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, table_slots
 from engine.config import EngineConfig, ModelConfig
@@ -97,8 +98,10 @@ class ModelRunner:
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
         weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
-        self.attention = resolve_attention(engine_config.attention, engine_config.dtype, model_config.head_dim,
-                                           model_config.num_heads, model_config.num_kv_heads, engine_config.page_size)
+        shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
+                 engine_config.page_size)
+        self.attention = checked_attention(resolve_attention(engine_config.attention, *shape),
+                                           engine_config.attention, *shape)
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)

@@ -16,6 +16,7 @@ after the model has written the step's keys and values to the cache.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 
@@ -23,6 +24,7 @@ import jax
 from jax.sharding import Mesh, PartitionSpec
 
 from engine.attention import mosaic_gpu
+from engine.attention.probe import kernel_problem
 from engine.attention.reference import paged_attention as reference_attention
 from engine.config import ATTENTIONS
 from engine.sharding import TENSOR_AXIS
@@ -31,6 +33,7 @@ IMPLEMENTATIONS = ATTENTIONS
 AUTO, REFERENCE, MOSAIC_GPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
+log = logging.getLogger("flint")
 
 
 def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int) -> str:
@@ -42,6 +45,21 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
     on_gpu = jax.default_backend() == "gpu"
     fits = mosaic_gpu.supports(dtype, head_dim, num_heads, num_kv_heads, page_size)
     return MOSAIC_GPU if on_gpu and fits else REFERENCE
+
+
+def checked(name: str, requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
+            page_size: int) -> str:
+    """`name`, or the reference when `auto` chose the kernel and it fails its start-up check
+    on this machine (engine/attention/probe.py): logged, so a GPU still serves."""
+    if name != MOSAIC_GPU or requested != AUTO:
+        return name
+    problem = kernel_problem(attention_for(MOSAIC_GPU), reference_attention, num_heads, num_kv_heads, head_dim,
+                             page_size, dtype)
+    if problem is None:
+        return name
+    log.warning("the Mosaic GPU attention kernel failed its start-up check (%s): serving with the jnp "
+                "reference attention instead", problem)
+    return REFERENCE
 
 
 def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) -> Attention:

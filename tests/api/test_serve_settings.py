@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from api.cli import build_parser
+from api.cli import build_parser, main
 from api.serve import default_num_pages, serve, settings_from_args
 from api.settings import MIB, Settings
 from engine.config import EngineConfig
+from tiny_models import tiny_checkpoint
 
 
 def parse(*flags: str) -> Settings:
@@ -94,3 +95,29 @@ def test_a_mesh_larger_than_the_devices_names_the_tensor_parallel_size():
     size = len(jax.devices()) + 1
     with pytest.raises(ValueError, match=f"tensor-parallel size of {size} needs {size} devices"):
         make_mesh(EngineConfig(mesh_shape=(size,)))
+
+
+def test_an_engine_left_on_auto_computes_and_caches_in_float32_on_cpu(smollm2_tokenizer):
+    import jax.numpy as jnp
+
+    from engine.engine import Engine
+
+    config = EngineConfig(max_model_len=64, max_num_seqs=1, max_num_batched_tokens=4, num_pages=8)
+    engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
+    assert config.dtype == "auto" and engine.config.dtype == "float32"
+    assert engine.runner.kv_cache.k.dtype == jnp.float32
+    assert "dtype float32" in engine.describe()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["generate", "Hello"]])
+def test_a_tensor_parallel_size_beyond_the_devices_exits_2_naming_the_flag(command, capsys):
+    import jax
+
+    available = jax.device_count()
+    # A model that is not there: without the check, the command would fail at once on that instead.
+    flags = ["--tensor-parallel-size", str(available + 1), "--model", "/nonexistent/model.gguf",
+             "--no-compilation-cache"]
+    assert main([*command, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"flint: --tensor-parallel-size {available + 1} needs {available + 1} devices, "
+                     f"and JAX sees {available} (cpu)")

@@ -156,3 +156,31 @@ def test_model_with_the_kernel_matches_the_reference_model():
     kernel, reference = logits(MOSAIC_GPU), logits(REFERENCE)
     error = np.linalg.norm(kernel - reference) / np.linalg.norm(reference)
     assert error < 2e-2, error
+
+
+def test_the_start_up_check_passes_the_kernel_and_catches_a_broken_one():
+    from engine.attention import attention_for, reference_attention
+    from engine.attention.probe import kernel_problem
+
+    kernel = attention_for(MOSAIC_GPU)
+    assert kernel_problem(kernel, reference_attention, 8, 2, 64, 16, jnp.bfloat16) is None
+
+    def off_by_one_row(q, k, v, k_cache, v_cache, layer, batch, scale):
+        return jnp.roll(kernel(q, k, v, k_cache, v_cache, layer, batch, scale), 1, axis=0)
+
+    def failing(*args):
+        raise RuntimeError("ptxas rejected it")
+
+    assert "differs from the reference" in kernel_problem(off_by_one_row, reference_attention, 8, 2, 64, 16,
+                                                          jnp.bfloat16)
+    assert "ptxas rejected it" in kernel_problem(failing, reference_attention, 8, 2, 64, 16, jnp.bfloat16)
+
+
+def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkeypatch, caplog):
+    import engine.attention as attention
+
+    monkeypatch.setattr(attention, "kernel_problem", lambda *args: "RuntimeError: no sm_90a")
+    assert attention.checked(MOSAIC_GPU, "auto", "bfloat16", 128, 32, 8, 16) == REFERENCE
+    assert "no sm_90a" in caplog.text
+    assert attention.checked(MOSAIC_GPU, MOSAIC_GPU, "bfloat16", 128, 32, 8, 16) == MOSAIC_GPU  # asked for
+    assert attention.checked(REFERENCE, "auto", "float32", 128, 32, 8, 16) == REFERENCE
