@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from api.serve import add_compilation_cache_arguments, add_serve_arguments, compilation_cache_from_args, serve
+from api.serve import (EXIT_BAD_ARGUMENTS, add_compilation_cache_arguments, add_device_arguments,
+                       add_serve_arguments, check_tensor_parallel_size, compilation_cache_from_args, serve)
 
 
 MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
@@ -25,9 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None, help="seed for temperature sampling")
     generate.add_argument("--model", default=None, help=MODEL_HELP)
     generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
-    generate.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                          help="compute dtype; auto: float32 on CPU (fastest there), bfloat16 on GPUs "
-                               "(default: %(default)s)")
+    add_device_arguments(generate)
     add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
                                               "else ~/.local/share/flint)")
     return parser
@@ -42,9 +41,15 @@ def generate(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"flint: {message}", file=sys.stderr, flush=True)
 
+    try:
+        check_tensor_parallel_size(args.tensor_parallel_size)
+    except ValueError as error:
+        print(f"flint: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
     # One sequence at a time: a small step budget keeps start-up compilation short.
     config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
-                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype)
+                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
+                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention)
     set_up_compilation_cache(compilation_cache_from_args(args))
     engine = Engine.from_model(args.model, config, report=progress)
     tokenizer = engine.tokenizer

@@ -4,8 +4,10 @@ On SIGTERM or Ctrl-C the API turns to 503 "draining" at once; uvicorn stops acce
 connections and gives in-flight requests up to `--shutdown-timeout` seconds before
 cancelling them; then the app's shutdown hook stops the engine and the process exits 0.
 A model that fails to load, or an engine that stops on an error while serving, ends the
-process with status 1, so that a supervisor starts it again. A port that cannot be bound
-ends it at once, before the model loads, with status 3 and a one-line message.
+process with status 1, so that a supervisor starts it again. Flags that cannot work (a model
+that is not there, limits that contradict each other, more devices than JAX sees) end it at
+once with status 2, and a port that cannot be bound with status 3: each before the model
+loads, with a one-line message.
 
 Compiled programs are kept in `--compilation-cache` (by default under `--data-dir`), so a
 restart loads them rather than compiling them again."""
@@ -59,15 +61,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--num-pages", type=at_least(2), default=None,
                        help=f"KV-cache pages of {engine.page_size} tokens (default: room for --max-num-seqs "
                             "sequences of an eighth of --max-model-len each, and for one full-length one)")
-    serve.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
-                       help="compute and KV-cache dtype; auto: float32 on CPU (fastest there), bfloat16 on "
-                            "GPUs (default: %(default)s)")
-    serve.add_argument("--tensor-parallel-size", "-tp", type=at_least(1), default=engine.mesh_shape[0],
-                       help="devices the model is split over, by attention heads and MLP columns "
-                            "(default: %(default)s)")
-    serve.add_argument("--attention", default=engine.attention, choices=ATTENTIONS,
-                       help="attention implementation; auto: the Mosaic GPU kernel on GPUs where it serves the "
-                            "model's shape, the jnp reference otherwise (default: %(default)s)")
+    add_device_arguments(serve)
     serve.add_argument("--quantization", default=AUTO, choices=(AUTO, *QUANTIZATIONS),
                        help="weights of the layers: int8 (a quarter of float32's bytes, widened as they are "
                             "read) or none (the compute dtype); auto: int8 on CPU for GGUF files, none "
@@ -85,6 +79,21 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--allow-special-tokens-in-content", action="store_true",
                        help="parse special-token text inside chat message content as control tokens (by "
                             "default it is plain text, so no message can forge a role marker)")
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the model runs on the devices: the flags `serve` and `generate` share."""
+    engine = EngineConfig()
+    parser.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
+                        help="compute and KV-cache dtype; auto: float32 on CPU (fastest there), bfloat16 on "
+                             "GPUs (default: %(default)s)")
+    parser.add_argument("--tensor-parallel-size", "-tp", metavar="N", type=at_least(1),
+                        default=engine.mesh_shape[0],
+                        help="devices the model is split over, by attention heads, MLP columns and "
+                             "vocabulary (default: %(default)s)")
+    parser.add_argument("--attention", default=engine.attention, choices=ATTENTIONS,
+                        help="attention implementation; auto: the Mosaic GPU kernel on GPUs where it serves "
+                             "the model's shape, the jnp reference otherwise (default: %(default)s)")
 
 
 def add_compilation_cache_arguments(parser: argparse.ArgumentParser, data_dir: str) -> None:
@@ -143,6 +152,19 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content)
 
 
+def check_tensor_parallel_size(size: int) -> None:
+    """Raises ValueError, naming the flag, when JAX sees fewer than `size` devices: a flag to
+    correct (status 2, at once), not a load failure for a supervisor to retry (status 1)."""
+    if size == 1:  # always possible; leave JAX's backend to start in the loading thread
+        return
+    import jax  # here: parsing flags and `flint --help` need no JAX
+
+    available = jax.device_count()
+    if size > available:
+        raise ValueError(f"--tensor-parallel-size {size} needs {size} devices, and JAX sees {available} "
+                         f"({jax.default_backend()})")
+
+
 class FlintServer(uvicorn.Server):
     """uvicorn, told when to drain the API and when the engine failed to load."""
 
@@ -191,6 +213,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         settings = settings_from_args(args)
+        check_tensor_parallel_size(settings.engine.mesh_shape[0])
         app = create_app(settings)
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)

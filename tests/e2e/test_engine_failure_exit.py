@@ -3,7 +3,7 @@ and the process exits with status 1, so that a supervisor (systemd, Kubernetes) 
 again instead of keeping a server that can no longer generate.
 
 The fault is injected into a real engine step of the real process: a sitecustomize module
-on the child's PYTHONPATH wraps ModelRunner.execute to raise on its third call."""
+on the child's PYTHONPATH wraps ModelRunner.collect to raise on its third call."""
 
 from __future__ import annotations
 
@@ -17,17 +17,17 @@ from flint_process import SMALL_ENGINE_FLAGS, free_port, start_flint, wait_for_h
 FAULT = '''
 from engine import runner
 
-_original, _calls = runner.ModelRunner.execute, []
+_original, _calls = runner.ModelRunner.collect, []
 
 
-def execute(self, rows, num_steps=1):
-    _calls.append(len(rows))
+def collect(self, flight):  # where a device error would surface
+    _calls.append(len(flight.rows))
     if len(_calls) >= 3:
         raise RuntimeError("injected fault: a device error in the middle of a step")
-    return _original(self, rows, num_steps)
+    return _original(self, flight)
 
 
-runner.ModelRunner.execute = execute
+runner.ModelRunner.collect = collect
 '''
 
 

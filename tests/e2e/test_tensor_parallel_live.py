@@ -16,7 +16,9 @@ import pytest
 
 from flint_process import free_port, start_flint, wait_for_health
 
-ENGINE_FLAGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "32",
+# Two token buckets (1 and 4), both compiled before /health turns ok: nothing compiles in
+# the background while the completions run (a 32-token bucket cost about 25 s on 2 cores).
+ENGINE_FLAGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "4",
                 "--dtype", "float32", "--quantization", "none", "--no-compilation-cache"]
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "1, 2, 3, 5, 8,"]
