@@ -24,7 +24,6 @@ class BatchInputs:
     token_ids: jax.Array  # [tokens] int32
     positions: jax.Array  # [tokens] int32, position of each token in its sequence
     token_rows: jax.Array  # [tokens] int32, the row (sequence) of each token; -1 for padding
-    slot_mapping: jax.Array  # [tokens] int32, cache slot (page * page_size + offset) to write
     context_lens: jax.Array  # [tokens] int32, tokens of its sequence already in the cache
     next_token_ids: jax.Array  # [tokens] int32, the prompt token that follows; -1: no prompt logprob wanted
     block_tables: jax.Array  # [seqs, pages_per_seq] int32, 0 (the null page) past the end
@@ -45,16 +44,16 @@ def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: 
     tokens = np.zeros(num_tokens, np.int32)
     return BatchInputs(
         token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
-        slot_mapping=tokens.copy(), context_lens=tokens.copy(), next_token_ids=np.full(num_tokens, -1, np.int32),
+        context_lens=tokens.copy(), next_token_ids=np.full(num_tokens, -1, np.int32),
         block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
         logits_indices=np.zeros(num_seqs, np.int32), dense_rows=np.full(max_prefill_rows, -1, np.int32),
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
     )
 
 
-def advance_decode(batch: BatchInputs, tokens, mirostat_mu, page_size: int) -> BatchInputs:
+def advance_decode(batch: BatchInputs, tokens, mirostat_mu) -> BatchInputs:
     """The next decode step's inputs, on the device: each row's one token is the one it just
-    sampled, one position further, written to the slot its block table gives.
+    sampled, one position further (its cache slot follows from its block table).
 
     Valid when every real token is its row's only one (token i of row i), as in a step of
     decodes; padding stays padding. The penalties' history gains the sampled token at its
@@ -67,7 +66,6 @@ def advance_decode(batch: BatchInputs, tokens, mirostat_mu, page_size: int) -> B
         batch,
         token_ids=jnp.where(real, tokens[jnp.maximum(batch.token_rows, 0)], 0),
         positions=positions,
-        slot_mapping=table_slots(batch.block_tables, batch.token_rows, positions, page_size),
         context_lens=jnp.where(real, batch.context_lens + 1, 0),
         next_token_ids=jnp.full_like(batch.next_token_ids, -1),
         sampling=dataclasses.replace(sampling, positions=sampling.positions + 1, mirostat_mu=mirostat_mu,
@@ -76,8 +74,9 @@ def advance_decode(batch: BatchInputs, tokens, mirostat_mu, page_size: int) -> B
 
 
 def table_slots(block_tables, token_rows, positions, page_size: int):
-    """Each token's cache slot, read from its row's block table (slot 0, in the null page,
-    for padding): on the device, so a batch advanced there can take new pages."""
+    """Each token's cache slot (page * page_size + offset), read from its row's block table
+    on the device (slot 0, in the null page, for padding): a batch advanced there, or given
+    new tables for the next window, needs nothing else from the host."""
     rows = jnp.maximum(token_rows, 0)
     pages = jnp.take_along_axis(block_tables[rows], (positions // page_size)[:, None], axis=1, mode="clip")[:, 0]
     return jnp.where(token_rows >= 0, pages * page_size + positions % page_size, 0)

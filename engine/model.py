@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from engine.attention import Attention, reference_attention
-from engine.batch import BatchInputs
+from engine.batch import BatchInputs, table_slots
 from engine.config import ModelConfig, RopeScaling
 from engine.kv_cache import KVCache
 from engine.weights import Int8Weight, dequantize
@@ -140,8 +140,8 @@ class Llama(nnx.Module):
         config = self.config
         inv_freq = rope_inv_freq(config, param_value(self.rope_freq_factors))
         x = self.embed[...][batch.token_ids]
-        pages = batch.slot_mapping // kv_cache.page_size
-        offsets = batch.slot_mapping % kv_cache.page_size
+        slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
+        pages, offsets = slots // kv_cache.page_size, slots % kv_cache.page_size
 
         def layer(carry, weights):
             x, k_cache, v_cache, index = carry

@@ -27,7 +27,7 @@ from flax import nnx
 from engine.attention import attention_for
 from engine.attention import checked as checked_attention
 from engine.attention import resolve as resolve_attention
-from engine.batch import BatchInputs, advance_decode, empty_batch, table_slots
+from engine.batch import BatchInputs, advance_decode, empty_batch
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
@@ -115,14 +115,10 @@ class ModelRunner:
         """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.
 
         Returns each round's SampleResult stacked on a leading [max_decode_steps] axis (rounds
-        past `num_steps` are zeros), the first round's prompt logprobs, and the cache."""
+        past `num_steps` are zeros), the first round's prompt logprobs, the inputs of the round
+        after the last (for `dispatch_next`), and the cache."""
         model = nnx.merge(self.graphdef, state)
         num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
-        page_size = kv_cache.page_size
-        # Slots from the block tables here, not the host: a window dispatched from the last
-        # one's device-side batch (`dispatch_next`) brings only its new tables.
-        batch = dataclasses.replace(batch, slot_mapping=table_slots(batch.block_tables, batch.token_rows,
-                                                                    batch.positions, page_size))
 
         def round_(index, carry):
             kv_cache, batch, results, prompt = carry
@@ -138,7 +134,7 @@ class ModelRunner:
                 lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
                 lambda: prompt)
             results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)
-            return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu, page_size), results, prompt
+            return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu), results, prompt
 
         rows = batch.logits_indices.shape[0]
         one = jax.eval_shape(lambda: sample(jnp.zeros((rows, self.model_config.vocab_size)), batch.sampling))
@@ -276,14 +272,12 @@ class ModelRunner:
         return batch
 
     def _pack_row(self, batch: BatchInputs, index: int, row: RowPlan, cursor: int) -> None:
-        page_size = self.config.page_size
         span = slice(cursor, cursor + len(row.token_ids))
         positions = row.start + np.arange(len(row.token_ids), dtype=np.int32)
         table = np.asarray(row.block_table, dtype=np.int32)
         batch.token_ids[span] = row.token_ids
         batch.positions[span] = positions
         batch.token_rows[span] = index
-        batch.slot_mapping[span] = table[positions // page_size] * page_size + positions % page_size
         batch.context_lens[span] = row.start
         if row.next_token_ids is not None:
             batch.next_token_ids[span] = row.next_token_ids

@@ -31,15 +31,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def best_seconds(run, repeats: int) -> float:
-    """The fastest of `repeats` timed calls, after one warm-up call that compiles."""
+def timed_calls(run, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` calls of `run` (which waits for the device), after one
+    warm-up call that compiles."""
     run()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def best_seconds(run, repeats: int) -> float:
+    """The fastest of `repeats` timed calls, after a warm-up."""
+    return min(timed_calls(run, repeats))
 
 
 def memory_bandwidth(num_bytes: int, repeats: int) -> float:

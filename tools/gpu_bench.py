@@ -37,6 +37,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import gpu_report  # noqa: E402
+from bench import timed_calls  # noqa: E402
 from bench_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.params import param_specs, random_device_params  # noqa: E402
@@ -95,13 +96,7 @@ def profile_rows(settings: Settings) -> tuple[int, ...]:
 
 def median_seconds(run, repeats: int) -> float:
     """Median of `repeats` timed calls of `run` (which waits for the device), after a warm-up."""
-    run()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return float(np.median(times))
+    return float(np.median(timed_calls(run, repeats)))
 
 
 def copy_bandwidth(num_bytes: int, repeats: int) -> float:

@@ -52,14 +52,13 @@ def make_step(rows: list[tuple[int, int]], *, num_heads: int, num_kv: int, head_
         batch.token_rows[span] = index
         batch.positions[span] = np.arange(cached, cached + new)
         batch.context_lens[span] = cached
-        positions = batch.positions[span]
-        batch.slot_mapping[span] = np.asarray(pages)[positions // page_size] * page_size + positions % page_size
         if new > 1:
             dense.append(index)
         cursor += new
     batch.dense_rows[:len(dense)] = dense
     layer = num_layers - 1
-    slots = batch.slot_mapping[:cursor]
+    real = batch.token_rows[:cursor]
+    slots = batch.block_tables[real, batch.positions[:cursor] // page_size] * page_size + batch.positions[:cursor] % page_size
     k = np.zeros((num_tokens, num_kv, head_dim), dtype)
     v = np.zeros_like(k)
     k[:cursor] = k_cache[layer, slots // page_size, slots % page_size]
