@@ -64,7 +64,10 @@ def test_a_dead_engine_fails_its_requests_and_the_server(failing):
         lines = stream.iter_lines()
         assert next(lines).startswith("data: ")  # the stream has begun
         whole.start()
-        wait_for(lambda: server.engine_stats().num_running == 2)
+        # Both running and each past its first output: the fault then falls mid-generation
+        # (with steps dispatched ahead, being scheduled is not yet having an output).
+        running = server.running_engine.engine.scheduler.running
+        wait_for(lambda: len(running) == 2 and all(seq.num_output_tokens > 0 for seq in list(running)))
         arm()
         events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
     whole.join(timeout=60)
