@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from api.settings import MIB, Settings, default_compilation_cache, default_data_dir
-from engine.config import ATTENTIONS, AUTO, QUANTIZATIONS, EngineConfig
+from engine.config import ATTENTIONS, AUTO, QUANTIZATIONS, SPECULATIVE, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.lifecycle import EngineLifecycle
@@ -68,6 +68,14 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "otherwise (default: %(default)s)")
     serve.add_argument("--no-prefix-caching", action="store_true",
                        help="do not reuse KV pages of shared prompt prefixes")
+    serve.add_argument("--speculative", default=engine.speculative, choices=SPECULATIVE,
+                       help="draft tokens for every request; ngram: look the latest tokens up earlier in "
+                            "the context and propose what followed (predicted outputs are always used; "
+                            "outputs never change) (default: %(default)s)")
+    serve.add_argument("--num-speculative-tokens", metavar="K", type=at_least(0),
+                       default=engine.num_speculative_tokens,
+                       help="most draft tokens (n-gram or predicted) checked per sequence and step "
+                            "(default: %(default)s)")
     serve.add_argument("--data-dir", default=server.data_dir,
                        help="where stored chat completions and responses are kept, in the SQLite file "
                             "flint.db, and compiled programs (default: $FLINT_DATA_DIR, else "
@@ -144,7 +152,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
                           dtype=args.dtype, quantization=args.quantization,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
-                          enable_prefix_caching=not args.no_prefix_caching)
+                          enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,
+                          num_speculative_tokens=args.num_speculative_tokens)
     return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
                     max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu")  # engine/attention's implementations
+SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/speculation.py)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class EngineConfig:
     max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention/reference.py)
     max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
     overlap_steps: bool = True  # dispatch the next decode window before the last one's results are back
+    speculative: str = "none"  # "ngram": draft tokens by prompt lookup (engine/speculation.py)
+    num_speculative_tokens: int = 7  # most draft tokens (n-gram or predicted) checked per sequence and step
     seed: int = 0  # seeds the random seeds of unseeded requests
 
     def __post_init__(self) -> None:
@@ -101,6 +104,10 @@ class EngineConfig:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
+        if self.speculative not in SPECULATIVE:
+            raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE)}, not {self.speculative!r}")
+        if self.num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must not be negative")
         if self.max_prefill_rows < 1 or self.max_decode_steps < 1:
             raise ValueError("max_prefill_rows and max_decode_steps must be at least 1")
         if self.max_num_seqs > self.max_num_batched_tokens:
@@ -112,9 +119,15 @@ class EngineConfig:
     def max_pages_per_seq(self) -> int:
         return math.ceil(self.max_model_len / self.page_size)
 
+    @property
+    def max_num_rows(self) -> int:
+        """Rows of logits a step may sample: every running sequence, and room for one
+        sequence's draft (engine/verification.py) even when only one runs."""
+        return min(max(self.max_num_seqs, 1 + self.num_speculative_tokens), self.max_num_batched_tokens)
+
     def seq_bucket(self, token_bucket: int) -> int:
         """Rows of logits computed for a step of `token_bucket` tokens."""
-        return min(token_bucket, self.max_num_seqs)
+        return min(token_bucket, self.max_num_rows)
 
     def token_bucket(self, num_tokens: int) -> int:
         """The smallest bucket that holds `num_tokens`."""

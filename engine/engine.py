@@ -19,14 +19,16 @@ from engine.decode_window import merge_outputs, reserve_window, window_limit, wi
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.output import OutputStage
+from engine.output import OutputStage, speculation_counts
 from engine.request import SEED_MODULUS, Request, RequestOutput
 from engine.runner import InFlight, ModelRunner, RowPlan
 from engine.sampling import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
+from engine.speculation import SpeculationConfig, follows_prediction
 from engine.tokenizer import Tokenizer
+from engine.verification import Verification, draft_rows, plan_drafts, record, rounds
 from engine.weights import resolve_dtype, resolve_quantization
 
 
@@ -37,6 +39,7 @@ class Flight:
     scheduled: SchedulerOutput
     num_steps: int
     device: InFlight  # the runner's handle
+    verifications: tuple[Verification, ...] = ()  # drafts checked by extra rows (engine/verification.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class Engine:
         self._sequences: dict[str, Sequence] = {}  # unfinished sequences by request id
         self._seeds = random.Random(config.seed)
         self._in_flight: Flight | None = None  # a window dispatched behind the last one (step)
+        self.speculation = SpeculationConfig(ngram=config.speculative == "ngram",
+                                             num_tokens=config.num_speculative_tokens)
 
     @classmethod
     def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
@@ -166,6 +171,11 @@ class Engine:
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
             return None
+        verifications = plan_drafts(scheduled, self.speculation, self.config, self.block_manager)
+        if verifications:
+            plans = self.plan(scheduled)
+            rows = plans + draft_rows(verifications, plans)
+            return Flight(scheduled, 1, self.runner.dispatch(rows), tuple(verifications))
         num_steps = window_steps(scheduled, self.config.max_decode_steps, self.config.max_model_len)
         if num_steps > 1 and not reserve_window(self.block_manager, scheduled, num_steps):
             num_steps = 1
@@ -175,7 +185,7 @@ class Engine:
         """The window after `flight`, dispatched now; None when its rows cannot go on alone:
         a request is waiting to be admitted, a row's mask or limits need the host, or the
         pages for it are not free (only the scheduler preempts)."""
-        if self.scheduler.num_waiting:
+        if self.scheduler.num_waiting or flight.verifications or self._drafts_possible(flight.scheduled):
             return None
         ahead = flight.num_steps
         scheduled = window_round(flight.scheduled, ahead)
@@ -185,12 +195,19 @@ class Engine:
         rows = [dataclasses.replace(row, start=item.start) for row, item in zip(flight.device.rows, scheduled.scheduled)]
         return Flight(scheduled, num_steps, self.runner.dispatch_next(flight.device, rows, num_steps))
 
+    def _drafts_possible(self, scheduled: SchedulerOutput) -> bool:
+        """Whether a row might have a draft after this window: then the host must see its
+        tokens before the next step (n-gram lookup, or a prediction not yet used up)."""
+        return any(self.speculation.ngram or follows_prediction(item.seq) for item in scheduled.scheduled)
+
     def _land(self, flight: Flight) -> list[RequestOutput]:
         """Collect `flight` and pass each of its steps through the output stage. Rows that
         finished while it ran (a stop in the window before, an abort) are skipped by the
         scheduler's update, and their tokens are dropped with the slots they were written to."""
         steps = self.runner.collect(flight.device)
-        if flight.num_steps == 1:
+        if flight.verifications:
+            outputs = self._land_verified(flight, steps[0])
+        elif flight.num_steps == 1:
             outputs = self.output.process(flight.scheduled, steps[0])
         else:
             outputs = merge_outputs([output for index, step in enumerate(steps)
@@ -199,6 +216,16 @@ class Engine:
             if output.finished:
                 self._sequences.pop(output.request_id, None)
         return outputs
+
+    def _land_verified(self, flight: Flight, step) -> list[RequestOutput]:
+        """A step that checked drafts: its rounds through the output stage, in order, then
+        each output with its request's draft tally."""
+        outputs = merge_outputs([output for scheduled, round_ in rounds(flight.scheduled, step, flight.verifications)
+                                 for output in self.output.process(scheduled, round_)])
+        record(flight.verifications)
+        verified = {verification.seq.request_id: verification.seq for verification in flight.verifications}
+        return [dataclasses.replace(output, speculation=speculation_counts(verified[output.request_id]))
+                if output.request_id in verified else output for output in outputs]
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
         """The runner's rows for a step: each chunk's tokens, pages, and sampling inputs."""

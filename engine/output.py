@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from engine.request import PromptTokenLogprob, Request, RequestOutput, TokenLogprob
+from engine.request import PromptTokenLogprob, Request, RequestOutput, SpeculationCounts, TokenLogprob
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.stop_strings import StopScan
@@ -127,7 +127,18 @@ class OutputStage:
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
             num_output_tokens=seq.num_output_tokens, seed=seq.seed, logprobs=logprobs,
             prompt_logprobs=take_prompt_logprobs(seq), stop_reason=stop_reason,
+            speculation=speculation_counts(seq),
         )
+
+
+def speculation_counts(seq: Sequence) -> SpeculationCounts | None:
+    """The drafts verified for `seq` so far (None when it never had one)."""
+    if not seq.drafts_proposed:
+        return None
+    accepted = sum(seq.drafts_accepted)
+    return SpeculationCounts(num_accepted=accepted, num_rejected=sum(seq.drafts_proposed) - accepted,
+                             proposed_by_position=tuple(seq.drafts_proposed),
+                             accepted_by_position=tuple(seq.drafts_accepted))
 
 
 def token_logprob(num_top: int | None, step: StepOutput, index: int) -> TokenLogprob | None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from engine.grammar import Grammar
 from engine.sampling.params import SamplingParams, bounded
 
-__all__ = ["Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "TokenLogprob",
-           "choice_seeds"]
+__all__ = ["Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
+           "TokenLogprob", "choice_seeds"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,23 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: StopCriteria = field(default_factory=StopCriteria)
     grammar: Grammar | None = None
+    # Tokens the output is expected to follow (a predicted output): drafts to verify, never
+    # forced; the output is what it would be without them (engine/speculation.py).
+    prediction: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpeculationCounts:
+    """Draft tokens verified for one request so far: how many the output kept, how many it
+    did not, and per draft position (1st, 2nd, ...) how many were proposed and kept."""
+
+    num_accepted: int = 0
+    num_rejected: int = 0
+    proposed_by_position: tuple[int, ...] = ()
+    accepted_by_position: tuple[int, ...] = ()
+
+    def acceptance_by_position(self) -> list[float]:
+        return [kept / proposed for kept, proposed in zip(self.accepted_by_position, self.proposed_by_position)]
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,7 @@ class RequestOutput:
     # What ended a "stop": the stop string matched, or the request's stop token id (None
     # for EOS, and for every other finish reason).
     stop_reason: str | int | None = None
+    speculation: SpeculationCounts | None = None  # drafts verified so far (None: none proposed)
 
     @property
     def finished(self) -> bool:

@@ -61,6 +61,12 @@ class Sequence:
         self.mirostat_mu = 2.0 * sampling.mirostat_target  # Mirostat v2 starts at twice the target
         self.prompt_logprobs: dict[int, PromptTokenLogprob] = {}  # by position, until the first output
         self.matcher = matcher  # the grammar's llguidance matcher, following the output (None: free text)
+        # Speculation (engine/speculation.py): the predicted output, where the output stands
+        # in it (its index minus the output's length), and the drafts verified per position.
+        self.prediction: tuple[int, ...] = ()
+        self.prediction_shift = 0
+        self.drafts_proposed: list[int] = []  # by draft position: tokens proposed there
+        self.drafts_accepted: list[int] = []  # by draft position: tokens the output kept
 
     @classmethod
     def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
@@ -69,8 +75,10 @@ class Sequence:
         `eos_token_ids` unless it ignores EOS."""
         stop = request.stop
         end_token_ids = frozenset(stop.token_ids) | (frozenset() if stop.ignore_eos else eos_token_ids)
-        return cls(request.request_id, request.prompt_token_ids, request.sampling, seed, stop,
-                   end_token_ids, detokenizer, matcher)
+        seq = cls(request.request_id, request.prompt_token_ids, request.sampling, seed, stop,
+                  end_token_ids, detokenizer, matcher)
+        seq.prediction = tuple(request.prediction)
+        return seq
 
     def __repr__(self) -> str:
         return (
@@ -118,6 +126,15 @@ class Sequence:
         """A max_tokens 0 sequence, still running, whose whole prompt is computed."""
         return (self.stop.max_tokens == 0 and self.status is SequenceStatus.RUNNING
                 and self.num_computed_tokens == self.num_prompt_tokens)
+
+    def record_draft(self, num_proposed: int, num_accepted: int) -> None:
+        """Tally one verified draft: its first `num_accepted` tokens were kept."""
+        missing = num_proposed - len(self.drafts_proposed)
+        self.drafts_proposed += [0] * missing
+        self.drafts_accepted += [0] * missing
+        for position in range(num_proposed):
+            self.drafts_proposed[position] += 1
+            self.drafts_accepted[position] += position < num_accepted
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

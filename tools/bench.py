@@ -14,6 +14,8 @@
                                        (builds llama-server once, about 10 minutes on 2 cores)
     python tools/bench.py structured   32 streams constrained by a JSON schema against 32 free
                                        streams, through HTTP: what structured output costs
+    python tools/bench.py speculative  an echo-heavy chat load with and without predicted
+                                       outputs, and with --speculative ngram, through HTTP
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -138,6 +140,12 @@ def structured_benchmark(args: argparse.Namespace) -> None:
     run_structured_benchmark(args)
 
 
+def speculative_benchmark(args: argparse.Namespace) -> None:
+    from bench_speculative import run_speculative_benchmark
+
+    run_speculative_benchmark(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
@@ -182,11 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     from bench_structured import add_options
 
     add_options(commands.add_parser("structured", help="JSON-schema streams against free ones through HTTP"))
+    from bench_speculative import add_options as add_speculative_options
+
+    add_speculative_options(commands.add_parser("speculative", help="predicted outputs and n-gram drafts "
+                                                                     "against plain decoding through HTTP"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
-     "serve": serve_benchmarks, "structured": structured_benchmark}[args.command](args)
+     "serve": serve_benchmarks, "structured": structured_benchmark,
+     "speculative": speculative_benchmark}[args.command](args)
     return 0
 
 

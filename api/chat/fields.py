@@ -43,6 +43,7 @@ from generated.openai_chat_completions import (
     ChatCompletionRequestSystemMessage,
     ChatCompletionRequestToolMessage,
     ChatCompletionRequestUserMessage,
+    ChatCompletionPredictionContent,
     ChatCompletionStreamOptions,
     CreateChatCompletionRequest,
     CustomToolDefinition,
@@ -66,6 +67,8 @@ HISTORY = Planned("api.core.tool_prompt.tool_conversation", TOOLS + "test_tool_h
 STORE = "tests/api/test_store_chat.py::"
 RENDERED = Planned("plan.prompt_messages", CHAT + "test_every_role_renders_through_the_chat_template")
 CALLER = Planned("plan.log_caller", CHAT + "test_caller_fields_are_logged")
+PREDICTION = Planned("api.core.prediction.prediction_token_ids",
+                     "tests/api/test_prediction.py::test_a_chat_prediction_in_every_form_leaves_the_answer_unchanged")
 NO_OP_WHEN_FALSE = Refused("this extension is not served on chat completions; false changes nothing", bool)
 MESSAGE_FIELDS = {"role": RENDERED, "content": RENDERED, "name": RENDERED}
 
@@ -93,7 +96,7 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "reasoning_effort": refusals.REASONING_EFFORT,
     "verbosity": refusals.refused_unless("verbosity controls are not supported", "medium"),
     "response_format": Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate"),
-    "prediction": refusals.PREDICTION,
+    "prediction": PREDICTION,
     "tools": Planned("tools.chat_tools", TOOLS + "test_required_calls_validate_against_their_schemas"),
     "tool_choice": Planned("tools.read_choice", TOOLS + "test_a_named_tool_choice_calls_that_tool"),
     "parallel_tool_calls": Planned("tools.read_choice", TOOLS + "test_without_parallel_calls_there_is_one_call"),
@@ -115,7 +118,7 @@ FIREWORKS_REQUEST = ModelFields(fireworks.ChatCompletionRequest, like=CreateChat
         "plan.max_tokens_for", CHAT + "test_context_length_exceeded_caps_or_refuses"),
     "reasoning_history": refusals.REASONING_HISTORY,
     "thinking": refusals.THINKING,
-    "speculation": refusals.PREDICTION,
+    "speculation": PREDICTION,
     "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
     "prompt_truncate_len": "chat prompts are never truncated: a prompt over the context window is refused",
     "echo_last": "echoing the prompt is not served on chat completions",
@@ -182,6 +185,7 @@ REGISTRY = Registry([
     ModelFields(ChatCompletionContentPartText, {"type": TEXT_PART, "text": TEXT_PART}),
     ModelFields(ChatCompletionContentPartRefusal, {"type": REFUSAL_PART, "refusal": REFUSAL_PART}),
     *NON_TEXT_PARTS,
+    ModelFields(ChatCompletionPredictionContent, {"type": PREDICTION, "content": PREDICTION}),
     ModelFields(ChatCompletionStreamOptions, {
         "include_usage": Planned("render.ChunkWriter", STREAM + "test_include_usage_adds_a_last_usage_chunk"),
         "include_obfuscation": Planned("render.ChunkWriter", STREAM + "test_obfuscation_pads_chunks_unless_turned_off"),

@@ -21,6 +21,7 @@ from api.chat.tools import ChatTools, chat_tools
 from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
+from api.core.prediction import prediction_token_ids
 from api.core.prompt import chat_prompt_ids
 from api.core.sampling import (EngineValues, check_range, choice_seed_list, engine_values, logit_bias,
                                logprobs_count, resolve_max_tokens)
@@ -79,8 +80,9 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     max_tokens = max_tokens_for(fields, len(prompt_ids), server.max_model_len)
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
+    prediction = prediction_token_ids(fields, server.tokenizer, server.max_model_len)
     choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids,
-                             sampling=replace(sampling, seed=seed), stop=stop, grammar=grammar)
+                             sampling=replace(sampling, seed=seed), stop=stop, grammar=grammar, prediction=prediction)
                for i, seed in enumerate(choice_seed_list(body.seed, n))]
     return ChatPlan(body=body, raw=fields, choices=choices, stream=bool(body.stream),
                     include_usage=bool(stream_options.get("include_usage")),

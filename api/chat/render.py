@@ -31,6 +31,7 @@ from generated.openai_chat_completions import (
     ChatCompletionChunk,
     ChatCompletionChunkChoice,
     ChatCompletionChunkDelta,
+    CompletionTokensDetails,
     CompletionUsage,
     PromptTokensDetails,
 )
@@ -54,6 +55,10 @@ def usage_of(usage: Usage) -> CompletionUsage:
         prompt_tokens=usage.num_prompt_tokens, completion_tokens=usage.num_completion_tokens,
         total_tokens=usage.num_prompt_tokens + usage.num_completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.num_cached_tokens),
+        # Drafts are predicted outputs or n-gram guesses (api/core/prediction.py): kept or not.
+        completion_tokens_details=CompletionTokensDetails(
+            accepted_prediction_tokens=usage.num_accepted_draft_tokens,
+            rejected_prediction_tokens=usage.num_rejected_draft_tokens),
     )
 
 

@@ -24,6 +24,8 @@ LOGPROBS_COUNT = Planned("plan.logprobs_of", LOGPROBS + "test_integer_logprobs_g
 STOP_TOKENS = Planned("plan.stop_criteria", SAMPLING + "test_stop_tokens_end_generation")
 BAD_WORDS = Planned("plan.sampling_of", SAMPLING + "test_bad_words_are_never_generated")
 FORMATS = "tests/api/test_completions_formats.py::"
+PREDICTION = Planned("api.core.prediction.prediction_token_ids",
+                     "tests/api/test_prediction.py::test_speculation_token_ids_leave_the_completion_unchanged")
 FORMAT = Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate")
 
 # Fields both dialects share, with the same handling.
@@ -59,8 +61,8 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     "ignore_eos": Stopping(),
     "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
     "response_format": FORMAT,
-    "speculation": refusals.PREDICTION,
-    "prediction": refusals.PREDICTION,
+    "speculation": PREDICTION,
+    "prediction": PREDICTION,
     "reasoning_effort": refusals.REASONING_EFFORT,
     "reasoning_history": refusals.REASONING_HISTORY,
     "thinking": refusals.THINKING,
@@ -110,6 +112,10 @@ REGISTRY = Registry([
     ModelFields(friendli.ResponseFormatText, {"type": FORMAT}),
     ModelFields(friendli.ResponseFormatRegex, {
         "type": FORMAT, "schema_": Planned("plan.answer_grammar", FORMATS + "test_friendli_regex_is_followed")}),
+    ModelFields(fireworks.PredictedOutput, {"type": PREDICTION, "content": PREDICTION}),
+    ModelFields(fireworks.ChatMessageContent, {
+        "type": PREDICTION, "text": PREDICTION,
+        **{name: "a predicted output is text" for name in ("image_url", "video_url")}}),
     ModelFields(serverless.ServerlessCompletionsExtensionRequest, {
         "timeout": Planned("plan.plan_completion", BASIC + "test_a_timeout_while_queued_is_429"),
         "include_output_logprobs": Planned(

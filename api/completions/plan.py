@@ -31,6 +31,7 @@ from api.completions.fields import REGISTRY
 from api.core import limits
 from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
+from api.core.prediction import prediction_token_ids
 from api.core.prompt import check_prompt_fits, text_prompt_ids
 from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
                                logit_bias, logprobs_count, resolve_max_tokens)
@@ -200,6 +201,8 @@ def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n:
     sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs)
     stop = stop_criteria(body, values, vocab_size)
     seeds = choice_seed_list(body.seed, n)
+    predicted = body.model_dump(mode="json", include={"prediction", "speculation"}, exclude_none=True)
+    prediction = prediction_token_ids(predicted, tokenizer, server.max_model_len)
     choices = []
     for p, prompt in enumerate(prompts):
         if not prompt:
@@ -210,5 +213,6 @@ def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n:
         prompt_logprobs = (logprobs or 0) if wants_prompt else None
         choices += [ChoiceRequest(index=p * n + i, prompt_index=p, prompt_token_ids=prompt,
                                   sampling=replace(sampling, seed=seeds[i], prompt_logprobs=prompt_logprobs),
-                                  stop=replace(stop, max_tokens=max_tokens)) for i in range(n)]
+                                  stop=replace(stop, max_tokens=max_tokens), prediction=prediction)
+                    for i in range(n)]
     return choices

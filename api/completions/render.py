@@ -85,13 +85,32 @@ def perf_metrics(generation: Generation) -> dict[str, Any]:
         "cached-prompt-tokens": generation.usage.num_cached_tokens,
         "server-time-to-first-token": generation.timing.time_to_first_token,
         "server-processing-time": generation.timing.processing_time,
+        **speculation_metrics(generation),
     })
     return metrics.model_dump(by_alias=True, exclude_none=True)
 
 
+def speculation_metrics(generation: Generation) -> dict[str, Any]:
+    """Fireworks' predicted-output metrics, when the request had drafts: the predicted
+    tokens, how many the outputs kept, and every draft token checked with the share kept
+    at each draft position (predicted and n-gram drafts alike)."""
+    usage = generation.usage
+    num_predicted = sum(len(choice.prediction) for choice in generation.choices)
+    if not (usage.speculation or num_predicted):
+        return {}
+    kept, rejected = usage.num_accepted_draft_tokens, usage.num_rejected_draft_tokens
+    return {
+        "speculation-prompt-tokens": num_predicted,
+        "speculation-prompt-matched-tokens": kept,
+        "speculation-generated-tokens": kept + rejected,
+        "speculation-acceptance": [round(share, 4) for share in usage.acceptance_by_position()],
+    }
+
+
 def perf_headers(generation: Generation) -> dict[str, str]:
     """The same metrics as `fireworks-*` response headers."""
-    return {f"fireworks-{name}": str(value) for name, value in perf_metrics(generation).items()}
+    return {f"fireworks-{name}": ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            for name, value in perf_metrics(generation).items()}
 
 
 async def whole(plan: CompletionPlan, generation: Generation, results: list[ChoiceResult]) -> Response:

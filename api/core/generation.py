@@ -25,8 +25,8 @@ from api.core.errors import ApiError, engine_failed
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
-from engine.request import (Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams, StopCriteria,
-                            TokenLogprob)
+from engine.request import (Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams, SpeculationCounts,
+                            StopCriteria, TokenLogprob)
 
 log = logging.getLogger("flint")
 
@@ -44,6 +44,7 @@ class ChoiceRequest:
     sampling: SamplingParams
     stop: StopCriteria
     grammar: Grammar | None = None  # what the output must follow (api/core/structured.py)
+    prediction: tuple[int, ...] = ()  # the predicted output's tokens (api/core/prediction.py)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class ChoiceEvent:
     seed: int
     prompt_logprobs: list[PromptTokenLogprob] | None = None  # with a choice's first event
     stop_string: str | None = None  # the stop string that ended the choice (Anthropic reports it)
+    speculation: SpeculationCounts | None = None  # draft tokens verified so far
 
 
 class Generation:
@@ -127,7 +129,7 @@ class Generation:
 
     def engine_request(self, choice: ChoiceRequest) -> Request:
         return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
-                       choice.grammar)
+                       choice.grammar, prediction=choice.prediction)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""
@@ -176,6 +178,7 @@ def choice_event(choice: ChoiceRequest, output: RequestOutput) -> ChoiceEvent:
         num_prompt_tokens=output.num_prompt_tokens, num_cached_tokens=output.num_cached_tokens,
         num_output_tokens=output.num_output_tokens, seed=output.seed, prompt_logprobs=output.prompt_logprobs,
         stop_string=output.stop_reason if isinstance(output.stop_reason, str) else None,
+        speculation=output.speculation,
     )
 
 

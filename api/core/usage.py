@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.request import RequestOutput
+from engine.request import RequestOutput, SpeculationCounts
 
 
 class CountedEvent(Protocol):
@@ -15,6 +15,7 @@ class CountedEvent(Protocol):
     num_prompt_tokens: int
     num_cached_tokens: int
     num_output_tokens: int
+    speculation: SpeculationCounts | None
 
 
 @dataclass
@@ -27,11 +28,37 @@ class Usage:
     prompt_tokens: dict[int, int] = field(default_factory=dict)  # by prompt index
     cached_tokens: dict[int, int] = field(default_factory=dict)
     completion_tokens: dict[int, int] = field(default_factory=dict)  # by choice index
+    speculation: dict[int, SpeculationCounts] = field(default_factory=dict)  # by choice index, once drafted
 
     def observe(self, event: CountedEvent) -> None:
         self.prompt_tokens.setdefault(event.prompt_index, event.num_prompt_tokens)
         self.cached_tokens.setdefault(event.prompt_index, event.num_cached_tokens)
         self.completion_tokens[event.index] = event.num_output_tokens
+        if event.speculation is not None:
+            self.speculation[event.index] = event.speculation
+
+    @property
+    def num_accepted_draft_tokens(self) -> int:
+        """Draft tokens (predicted or looked up) the outputs kept."""
+        return sum(counts.num_accepted for counts in self.speculation.values())
+
+    @property
+    def num_rejected_draft_tokens(self) -> int:
+        """Draft tokens checked and not kept."""
+        return sum(counts.num_rejected for counts in self.speculation.values())
+
+    def acceptance_by_position(self) -> list[float]:
+        """The share of draft tokens kept at each draft position, over all choices."""
+        proposed: list[int] = []
+        accepted: list[int] = []
+        for counts in self.speculation.values():
+            for position, (made, kept) in enumerate(zip(counts.proposed_by_position, counts.accepted_by_position)):
+                if position == len(proposed):
+                    proposed.append(0)
+                    accepted.append(0)
+                proposed[position] += made
+                accepted[position] += kept
+        return [kept / made for kept, made in zip(accepted, proposed)]
 
     @property
     def num_prompt_tokens(self) -> int:
