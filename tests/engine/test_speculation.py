@@ -149,3 +149,19 @@ def test_configs_refuse_unknown_speculation():
     with pytest.raises(ValueError, match="speculative"):
         EngineConfig(speculative="eagle")
     assert set(KINDS) >= {"greedy", "seeded"}
+
+
+def test_drafts_under_page_pressure_give_the_same_output(tiny_engine_factory, monkeypatch):
+    """Few pages: draft pages compete with decodes, sequences are preempted and recomputed,
+    and drafts that find no free pages are dropped; the outputs stay those of plain decoding."""
+    plain, engine = tiny_engine_factory(PLAIN), tiny_engine_factory(dataclasses.replace(SPECULATIVE, num_pages=70))
+    vocab = engine.model_config.vocab_size
+    stop = StopCriteria(max_tokens=60, ignore_eos=True)
+    expected = run(plain, requests(vocab, stop))
+    preempted = []
+    preempt = engine.scheduler._preempt
+    monkeypatch.setattr(engine.scheduler, "_preempt", lambda seq: preempted.append(seq) or preempt(seq))
+    produced = run(engine, predicted(requests(vocab, stop), expected))
+    assert_same(produced, expected)
+    assert preempted, "no sequence was preempted: the test needs fewer pages"
+    assert engine.block_manager.num_free_pages == 70 - 1
