@@ -93,7 +93,7 @@ class EngineConfig:
     max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
     overlap_steps: bool = True  # dispatch the next decode window before the last one's results are back
     speculative: str = "none"  # "ngram": draft tokens by prompt lookup (engine/speculation.py)
-    num_speculative_tokens: int = 7  # most draft tokens (n-gram or predicted) checked per sequence and step
+    num_speculative_tokens: int = 15  # most draft tokens (n-gram or predicted) checked per sequence and step
     seed: int = 0  # seeds the random seeds of unseeded requests
 
     def __post_init__(self) -> None:
