@@ -13,7 +13,6 @@ from typing import Any
 from api.core.registry import Refused
 
 REASONING = "reasoning controls are not supported yet: the served model does not reason"
-SPECULATION = "speculative decoding and predicted outputs are not supported yet"
 BEAM_SEARCH = "beam search is not supported yet"
 TEXT_ONLY = "the served model is text-only"
 CACHE_PARTITIONS = "the prefix cache is shared by all requests and cannot be partitioned by key"
@@ -54,5 +53,4 @@ def refused_if_any(reason: str) -> Refused:
 REASONING_EFFORT = refused_unless(REASONING, "none", False)  # Fireworks reads false as "none"
 THINKING = refused_unless(REASONING, "disabled")
 REASONING_HISTORY = refused_unless(REASONING, "disabled")
-PREDICTION = refused_if_any(SPECULATION)
 SERVICE_TIER = refused_unless("only the default service tier is served", *SERVICE_TIERS)

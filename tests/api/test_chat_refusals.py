@@ -67,7 +67,6 @@ REFUSALS = [
     (body(verbosity="high"), 400, "verbosity"),
     (body(modalities=["text", "audio"]), 400, "modalities"),
     (body(audio={"voice": "alloy", "format": "wav"}), 400, "audio"),
-    (body(prediction={"type": "content", "content": "x"}), 400, "prediction"),
     (body(web_search_options={}), 400, "web_search_options"),
     (body(service_tier="priority"), 400, "service_tier"),
     (body(prompt_cache_retention="24h"), 400, "prompt_cache_retention"),

@@ -82,8 +82,6 @@ CASES = [
     ({"images": ["data:image/png;base64,AAAA"]}, 400, "images"),
     ({"reasoning_effort": "high"}, 400, "reasoning_effort"),
     ({"thinking": {"type": "enabled"}}, 400, "thinking"),
-    ({"prediction": "guess"}, 400, "prediction"),
-    ({"speculation": "guess"}, 400, "speculation"),
     ({"num_beams": 4}, 400, "num_beams"),
     ({"length_penalty": 2.0}, 400, "length_penalty"),
     ({"include_output_logits": True}, 400, "include_output_logits"),

@@ -26,8 +26,6 @@ CASES = [
     ("messages", "thinking", {"type": "disabled"}, {"type": "enabled", "budget_tokens": 2048}, refusals.REASONING),
     ("completions", "reasoning_history", "disabled", "preserved", refusals.REASONING),
     ("chat", "reasoning_history", "disabled", "preserved", refusals.REASONING),
-    ("completions", "prediction", None, "guess", refusals.SPECULATION),
-    ("chat", "prediction", None, {"type": "content", "content": "x"}, refusals.SPECULATION),
     ("completions", "service_tier", "default", "priority", "default service tier"),
     ("chat", "service_tier", "auto", "priority", "default service tier"),
     ("responses", "service_tier", "default", "flex", "default service tier"),

@@ -37,9 +37,11 @@ def refused_or_draining(base_url: str) -> bool:
 
 
 def connection_refused(base_url: str) -> bool:
+    """True once the listening socket is closed: refused, or reset when the connection was
+    queued in its backlog as it closed."""
     try:
         httpx.get(f"{base_url}/health", timeout=2)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
         return True
     return False
 
