@@ -54,6 +54,20 @@ def test_a_prediction_is_followed_and_found_again_after_an_edit():
     assert propose(sequence([1], [10], prediction), config, 1) == [11]
 
 
+def test_lookup_stops_for_a_sequence_whose_drafts_keep_failing():
+    config = SpeculationConfig(ngram=True, num_tokens=3)
+    seq = sequence([1, 2, 3, 1, 2])
+    assert propose(seq, config, 3) == [3, 1, 2]
+    seq.record_draft(16, 2)
+    seq.record_draft(16, 1)  # 3 of 32 kept
+    assert propose(seq, config, 3) == []
+    seq.record_draft(16, 16)  # 19 of 48
+    assert propose(seq, config, 3) == [3, 1, 2]
+    predicting = sequence([1, 2, 3, 1, 2], prediction=(7, 8))
+    predicting.record_draft(32, 0)
+    assert propose(predicting, config, 3) == [7, 8], "a prediction is always checked"
+
+
 def predicted(batch: list[Request], outputs: dict, edit: bool = False) -> list[Request]:
     """The requests with each one's plain output as its prediction (one token changed midway
     and one dropped further on, when `edit`)."""
