@@ -3,6 +3,7 @@ embedded SmolLM2 checkpoint and tokenizer (loaded once per session), and tiny ra
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -18,7 +19,7 @@ for path in (ROOT, ROOT / "tests"):
 
 from engine.engine import tokenizer_for  # noqa: E402  (after the sys.path setup above)
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
-from postgres_server import BACKENDS, empty_store_url, postgres_database  # noqa: E402
+from postgres_server import BACKENDS, drop_tables, empty_store_url, postgres_database  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -65,6 +66,13 @@ def postgres_url():
     """A PostgreSQL database for the store tests (tests/postgres_server.py says where from);
     skips, saying why, when no PostgreSQL server can be had."""
     yield from postgres_database()
+
+
+@pytest.fixture
+def postgres_store_url(postgres_url) -> str:
+    """An empty store's URL on PostgreSQL alone (its tables dropped)."""
+    asyncio.run(drop_tables(postgres_url))
+    return postgres_url
 
 
 @pytest.fixture(params=BACKENDS)

@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import (JSON, BigInteger, Column, Connection, ForeignKey, Integer, MetaData, String, Table,
-                        insert, select, update)
-from sqlalchemy.dialects.postgresql import JSONB
+                        insert, select, text, update)
 
-SCHEMA_VERSION = 1
-# version -> the step from it to version + 1 (none yet: version 1 is the first layout).
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+SCHEMA_VERSION = 2
 
-# JSONB on PostgreSQL: stored parsed, so it is compact and can be indexed later.
-Json = JSON().with_variant(JSONB(), "postgresql")
+# PostgreSQL's `json`, not `jsonb`: jsonb cannot hold the character U+0000, and generated
+# text may contain it (a byte-level vocabulary has a token for the byte 0). `json` keeps the
+# text as written, escapes included.
+Json = JSON()
 
 tables = MetaData()
 
@@ -58,6 +57,21 @@ responses = Table(
     Column("input_items", Json, nullable=False),  # each with its own "id"
     Column("response", Json, nullable=False),
 )
+
+
+def jsonb_to_json(connection: Connection) -> None:
+    """Version 1 -> 2: PostgreSQL's payload columns from jsonb to json (SQLite's JSON is text)."""
+    if connection.dialect.name != "postgresql":
+        return
+    for table in tables.sorted_tables:
+        for column in table.columns:
+            if isinstance(column.type, JSON):
+                connection.execute(text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE json '
+                                        f'USING "{column.name}"::json'))
+
+
+# version -> the step from it to version + 1.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: jsonb_to_json}
 
 
 class SchemaTooNewError(RuntimeError):

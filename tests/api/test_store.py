@@ -8,7 +8,7 @@ import os
 
 import pytest
 from litestar.testing import TestClient
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 from api.cli import build_parser
 from api.serve import settings_from_args
@@ -165,6 +165,43 @@ def test_the_schema_version_is_stamped_and_a_newer_one_refused(store_url):
     run(store_url, from_the_future)
     with pytest.raises(SchemaTooNewError):
         run(store_url, stamped)
+
+
+def test_text_with_the_nul_character_is_stored(store_url):
+    """Sampled text may hold U+0000 (a byte-level vocabulary has a token for byte 0), which
+    PostgreSQL's jsonb cannot hold: the payload columns keep it."""
+    async def scenario(store):
+        await store.save_chat_completion("chatcmpl-nul", "m", 1, {"messages": []}, [],
+                                         {"choices": [{"message": {"content": "a\x00b"}}]}, None)
+        return await store.get_chat_completion("chatcmpl-nul")
+    assert run(store_url, scenario).completion["choices"][0]["message"]["content"] == "a\x00b"
+
+
+def test_a_version_1_postgresql_store_moves_its_payloads_off_jsonb(postgres_store_url):
+    """Version 1 kept payloads in jsonb on PostgreSQL; opening such a store migrates them to
+    json, keeping what was stored, and NUL characters can then be saved."""
+    async def make_version_1(store):
+        await save(store, 1, metadata={"k": "v"})
+        async with store.db.begin() as connection:
+            for table, column in PAYLOAD_COLUMNS:
+                await connection.execute(text(f'ALTER TABLE {table} ALTER COLUMN "{column}" TYPE jsonb '
+                                              f'USING "{column}"::jsonb'))
+            await connection.execute(update(schema_version).values(version=1))
+    run(postgres_store_url, make_version_1)
+
+    async def column_types(store):
+        async with store.db.connect() as connection:
+            rows = await connection.execute(text(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE data_type IN ('json', 'jsonb')"))
+            return {(table, column): kind for table, column, kind in rows}
+    assert set(run(postgres_store_url, column_types).values()) == {"json"}
+    assert run(postgres_store_url, lambda store: store.get_chat_completion("chatcmpl-1")).metadata == {"k": "v"}
+    test_text_with_the_nul_character_is_stored(postgres_store_url)
+
+
+PAYLOAD_COLUMNS = [("chat_completions", name) for name in ("metadata", "request", "messages", "completion")] + \
+    [("responses", name) for name in ("metadata", "request", "input_items", "response")]
 
 
 def test_the_default_store_is_a_sqlite_file_in_the_data_dir(tmp_path):
