@@ -52,6 +52,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     routers = [Router(prefix, route_handlers=API_HANDLERS, guards=guards) for prefix in API_PREFIXES]
     # The tokenizer routes also at the root, where vLLM serves them (lm-eval's remote tokenizer).
     routers.append(Router("/", route_handlers=tokens.HANDLERS, guards=guards))
+    # Friendli's serverless base URL, for clients of its token_sampled / complete events.
+    routers.append(Router(completions.SERVERLESS_PREFIX, route_handlers=completions.SERVERLESS_HANDLERS, guards=guards))
     return Litestar(
         route_handlers=[health.health, metrics.metrics, *routers],
         state=State({"server": server, "lifecycle": lifecycle}),

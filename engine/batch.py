@@ -30,6 +30,10 @@ class BatchInputs:
     logits_indices: jax.Array  # [seqs] int32, the token whose logits each row samples from
     dense_rows: jax.Array  # [max_prefill_rows] int32, rows of several tokens when tokens > seqs; -1: none
     sampling: SamplingArrays  # one row of sampling parameters per sequence
+    # Input embeddings replacing token embeddings (engine/embeddings.py): a few fixed rows, so
+    # the shape stays static; the scheduler keeps a step's replacements within them.
+    embedding_rows: jax.Array  # [embedding rows, hidden] float32
+    embedding_token_index: jax.Array  # [embedding rows] int32, the token each row replaces; -1: none
 
     @property
     def num_tokens(self) -> int:
@@ -37,18 +41,34 @@ class BatchInputs:
 
 
 def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: int,
-                history: int, max_prefill_rows: int = 1) -> BatchInputs:
+                history: int, max_prefill_rows: int = 1, hidden_size: int = 1,
+                num_embedding_rows: int = 1) -> BatchInputs:
     """An all-padding batch of the given bucket (also the template for compiling it).
 
     `history` is the width of the token history the penalties read (max_model_len)."""
     tokens = np.zeros(num_tokens, np.int32)
+    embedding_rows = np.zeros((num_embedding_rows, hidden_size), np.float32)
     return BatchInputs(
         token_ids=tokens, positions=tokens.copy(), token_rows=np.full(num_tokens, -1, np.int32),
         context_lens=tokens.copy(), next_token_ids=np.full(num_tokens, -1, np.int32),
         block_tables=np.zeros((num_seqs, pages_per_seq), np.int32),
         logits_indices=np.zeros(num_seqs, np.int32), dense_rows=np.full(max_prefill_rows, -1, np.int32),
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
+        embedding_rows=embedding_rows, embedding_token_index=np.full(num_embedding_rows, -1, np.int32),
     )
+
+
+def pack_embeddings(batch: BatchInputs, replacements, offset: int) -> None:
+    """Replacement embeddings (EmbeddingReplacement: position, values) into the host batch's
+    next free embedding rows; position + `offset` is the token's index in the batch. The
+    scheduler keeps a step within the rows (engine/embeddings.py)."""
+    slot = int(np.count_nonzero(batch.embedding_token_index >= 0))
+    if slot + len(replacements) > len(batch.embedding_token_index):
+        raise ValueError(f"more replaced embeddings than the step's {len(batch.embedding_token_index)} rows")
+    for replacement in replacements:
+        batch.embedding_rows[slot] = replacement.values
+        batch.embedding_token_index[slot] = replacement.position + offset
+        slot += 1
 
 
 def advance_decode(batch: BatchInputs, tokens, mirostat_mu) -> BatchInputs:
@@ -68,6 +88,7 @@ def advance_decode(batch: BatchInputs, tokens, mirostat_mu) -> BatchInputs:
         positions=positions,
         context_lens=jnp.where(real, batch.context_lens + 1, 0),
         next_token_ids=jnp.full_like(batch.next_token_ids, -1),
+        embedding_token_index=jnp.full_like(batch.embedding_token_index, -1),  # only prompt tokens are replaced
         sampling=dataclasses.replace(sampling, positions=sampling.positions + 1, mirostat_mu=mirostat_mu,
                                      history_ids=history_ids),
     )

@@ -2,7 +2,9 @@
 
 A sequence's KV lives in the pages of its `block_table`. A page that is full and computed
 is registered in the prefix cache under a chained hash: the hash of (the previous page's
-hash, this page's token ids), so a page is found only after the very same prefix. Later
+hash, this page's token ids), so a page is found only after the very same prefix. A
+sequence whose input embeddings were replaced roots its chain in a digest of them rather
+than the empty hash (`seq.cache_salt`, engine/embeddings.py): its KV is not its tokens'. Later
 sequences that start with the same tokens take the cached pages instead of recomputing
 them, and several sequences may then reference one page.
 
@@ -92,7 +94,7 @@ class BlockManager:
         # Prompt logprobs need the logits of every prompt token, so nothing may be skipped.
         if not self.enable_prefix_caching or seq.sampling.prompt_logprobs is not None:
             return 0
-        parent_hash = NO_PARENT
+        parent_hash = seq.cache_salt  # NO_PARENT, unless replaced embeddings made its KV differ
         for index in range((seq.num_tokens - 1) // self.page_size):
             block_hash = hash_page(parent_hash, self._page_token_ids(seq, index))
             page = self._cached_pages.get(block_hash)
@@ -141,7 +143,7 @@ class BlockManager:
             return
         num_full_pages = seq.num_computed_tokens // self.page_size
         for index in range(len(seq.block_hashes), num_full_pages):
-            parent_hash = seq.block_hashes[-1] if seq.block_hashes else NO_PARENT
+            parent_hash = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
             block_hash = hash_page(parent_hash, self._page_token_ids(seq, index))
             seq.block_hashes.append(block_hash)
             self._register(seq.block_table[index], block_hash)

@@ -94,6 +94,9 @@ class EngineConfig:
     overlap_steps: bool = True  # dispatch the next decode window before the last one's results are back
     speculative: str = "none"  # "ngram": draft tokens by prompt lookup (engine/speculation.py)
     num_speculative_tokens: int = 15  # most draft tokens (n-gram or predicted) checked per sequence and step
+    # Input embeddings a step may replace (Friendli's embedding_to_replace): a fixed number of
+    # rows keeps the batch's shape static; the scheduler splits prompt chunks to fit them.
+    max_embedding_rows: int = 16
     seed: int = 0  # seeds the random seeds of unseeded requests
 
     def __post_init__(self) -> None:
@@ -108,8 +111,8 @@ class EngineConfig:
             raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE)}, not {self.speculative!r}")
         if self.num_speculative_tokens < 0:
             raise ValueError("num_speculative_tokens must not be negative")
-        if self.max_prefill_rows < 1 or self.max_decode_steps < 1:
-            raise ValueError("max_prefill_rows and max_decode_steps must be at least 1")
+        if self.max_prefill_rows < 1 or self.max_decode_steps < 1 or self.max_embedding_rows < 1:
+            raise ValueError("max_prefill_rows, max_decode_steps and max_embedding_rows must be at least 1")
         if self.max_num_seqs > self.max_num_batched_tokens:
             raise ValueError("max_num_seqs must not exceed max_num_batched_tokens")
         if self.max_pages_per_seq > self.num_pages - 1:

@@ -73,7 +73,7 @@ def window_round(scheduled: SchedulerOutput, index: int) -> SchedulerOutput:
 
 
 def merge_outputs(outputs: list[RequestOutput]) -> list[RequestOutput]:
-    """One output per request, in first-appearance order: tokens, text and logprobs joined,
+    """One output per request, in first-appearance order: tokens, text, logprobs and logits joined,
     the latest counts and finish state kept."""
     merged: dict[str, RequestOutput] = {}
     for output in outputs:
@@ -86,6 +86,9 @@ def joined(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
     logprobs = None
     if earlier.logprobs is not None or later.logprobs is not None:
         logprobs = (earlier.logprobs or []) + (later.logprobs or [])
+    logits = None
+    if earlier.logits is not None or later.logits is not None:
+        logits = (earlier.logits or []) + (later.logits or [])
     return dataclasses.replace(
         later, new_token_ids=earlier.new_token_ids + later.new_token_ids, text=earlier.text + later.text,
-        logprobs=logprobs, prompt_logprobs=earlier.prompt_logprobs or later.prompt_logprobs)
+        logprobs=logprobs, prompt_logprobs=earlier.prompt_logprobs or later.prompt_logprobs, logits=logits)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
+from engine.embeddings import check_embeddings, replaced_between
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
@@ -132,6 +133,7 @@ class Engine:
             raise ValueError("stop strings must not be empty")
         if request.grammar is not None:
             self.grammars.check(request.grammar)  # GrammarError, a ValueError, names what is wrong
+        check_embeddings(request, self.model_config.hidden_size)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
@@ -236,6 +238,7 @@ class Engine:
                 block_table=item.seq.block_table,
                 sampling=row_sampling(item.seq, self.masks) if item.needs_sample else None,
                 next_token_ids=next_prompt_ids(item.seq, item.start, item.num_new_tokens),
+                embeddings=replaced_between(item.seq, item.start, item.num_new_tokens),
             )
             for item in scheduled.scheduled
         ]

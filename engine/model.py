@@ -139,7 +139,7 @@ class Llama(nnx.Module):
         """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
         config = self.config
         inv_freq = rope_inv_freq(config, param_value(self.rope_freq_factors))
-        x = self.embed[...][batch.token_ids]
+        x = replace_embeddings(self.embed[...][batch.token_ids], batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
         pages, offsets = slots // kv_cache.page_size, slots % kv_cache.page_size
 
@@ -162,6 +162,17 @@ class Llama(nnx.Module):
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]
         return linear(hidden, head).astype(jnp.float32)
+
+
+def replace_embeddings(x, rows, token_index):
+    """x [tokens, hidden] with `rows` [R, hidden] in place of the tokens `token_index` [R]
+    names (-1: an unused row). Behind a cond on the R indices, so a batch without any costs
+    no scatter."""
+    def swap():
+        index = jnp.where(token_index >= 0, token_index, x.shape[0])  # out of range: dropped
+        return x.at[index].set(rows.astype(x.dtype), mode="drop")
+
+    return jax.lax.cond(jnp.any(token_index >= 0), swap, lambda: x)
 
 
 def mlp(h, weights: dict):

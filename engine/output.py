@@ -60,7 +60,9 @@ class OutputStage:
         logprobs = self._record_rows(scheduled, step)
         sampled = [int(step.tokens[index]) for index, item in enumerate(scheduled.scheduled) if item.needs_sample]
         grown = self.scheduler.update(scheduled, sampled)
-        outputs = [self._advance(seq, logprobs.get(seq.request_id)) for seq in grown]
+        logits = sampled_logits(scheduled, step)
+        outputs = [with_logit(self._advance(seq, logprobs.get(seq.request_id)), logits.get(seq.request_id))
+                   for seq in grown]
         # A max_tokens 0 request whose prompt is computed: done, with no output token.
         return outputs + [self._end(item.seq, [], "length") for item in scheduled.scheduled
                           if item.seq.is_prefill_only_done]
@@ -139,6 +141,20 @@ def speculation_counts(seq: Sequence) -> SpeculationCounts | None:
     return SpeculationCounts(num_accepted=accepted, num_rejected=sum(seq.drafts_proposed) - accepted,
                              proposed_by_position=tuple(seq.drafts_proposed),
                              accepted_by_position=tuple(seq.drafts_accepted))
+
+
+def sampled_logits(scheduled: SchedulerOutput, step: StepOutput) -> dict[str, float]:
+    """The raw logit of each sampled token whose request asked for it, by request id."""
+    return {item.seq.request_id: float(step.logprobs.logit[index]) for index, item in enumerate(scheduled.scheduled)
+            if item.needs_sample and item.seq.sampling.output_logits}
+
+
+def with_logit(output: RequestOutput, logit: float | None) -> RequestOutput:
+    """`output` with its new token's logit (a request that asked; none for an output
+    without a token, such as a grammar's abort)."""
+    if logit is not None:
+        output.logits = [logit] if output.new_token_ids else []
+    return output
 
 
 def token_logprob(num_top: int | None, step: StepOutput, index: int) -> TokenLogprob | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from engine.grammar import Grammar
 from engine.sampling.params import SamplingParams, bounded
 
-__all__ = ["Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
+__all__ = ["EmbeddingReplacement", "Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
            "TokenLogprob", "choice_seeds"]
 
 
@@ -59,6 +59,17 @@ class Request:
     # Tokens the output is expected to follow (a predicted output): drafts to verify, never
     # forced; the output is what it would be without them (engine/speculation.py).
     prediction: tuple[int, ...] = ()
+    # Input embeddings that replace the token embeddings at these prompt positions (Friendli's
+    # embedding_to_replace): each one hidden_size floats (engine/embeddings.py).
+    embeddings: tuple[EmbeddingReplacement, ...] = ()
+
+
+@dataclass(frozen=True)
+class EmbeddingReplacement:
+    """The input embedding of prompt position `position`, in place of its token's."""
+
+    position: int
+    values: tuple[float, ...]  # [hidden_size]
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,7 @@ class RequestOutput:
     # for EOS, and for every other finish reason).
     stop_reason: str | int | None = None
     speculation: SpeculationCounts | None = None  # drafts verified so far (None: none proposed)
+    logits: list[float] | None = None  # the raw model logit of each new token, when the request asked
 
     @property
     def finished(self) -> bool:

@@ -27,10 +27,11 @@ from flax import nnx
 from engine.attention import attention_for
 from engine.attention import checked as checked_attention
 from engine.attention import resolve as resolve_attention
-from engine.batch import BatchInputs, advance_decode, empty_batch
+from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import init_kv_cache
 from engine.model import Llama
+from engine.request import EmbeddingReplacement
 from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
 from engine.sampling.inputs import RowSampling, fill_row
@@ -47,6 +48,9 @@ class RowPlan:
     block_table: list[int]
     sampling: RowSampling | None = None  # None: nothing is sampled for this row this step
     next_token_ids: list[int] | None = None  # per token, the prompt token after it (-1: none), for prompt logprobs
+    # Input embeddings for some of token_ids (by their positions in the sequence), in place of
+    # the tokens' own (engine/embeddings.py).
+    embeddings: tuple[EmbeddingReplacement, ...] = ()
 
     @property
     def sample(self) -> bool:
@@ -70,7 +74,7 @@ class StepOutput:
     """Host copies of one step's results, one row per RowPlan."""
 
     tokens: np.ndarray  # [rows] int32, -1 where nothing was sampled
-    logprobs: TokenLogprobs | None  # NumPy arrays [rows, ...]; None when no row asked
+    logprobs: TokenLogprobs | None  # NumPy arrays [rows, ...], raw logits too; None when no row asked
     mirostat_mu: np.ndarray  # [rows] float32
     prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
 
@@ -187,7 +191,8 @@ class ModelRunner:
 
     def _empty_batch(self, bucket: int) -> BatchInputs:
         return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
-                           self.model_config.vocab_size, self.config.max_model_len, self.config.max_prefill_rows)
+                           self.model_config.vocab_size, self.config.max_model_len, self.config.max_prefill_rows,
+                           self.model_config.hidden_size, min(self.config.max_embedding_rows, bucket))
 
     def execute(self, rows: list[RowPlan], num_steps: int = 1) -> list[StepOutput]:
         """Run `num_steps` steps (more than one only for rows that all decode one token, with
@@ -226,10 +231,11 @@ class ModelRunner:
         return InFlight(rows, batch, num_steps, results, prompt, next_batch)
 
     def collect(self, flight: InFlight) -> list[StepOutput]:
-        """Wait for `flight` and copy its results back. Logprobs come back only when a row
-        asked for them."""
+        """Wait for `flight` and copy its results back. Logprobs (with the sampled tokens' raw
+        logits) come back only when a row asked for either."""
         rows, num_steps, results = flight.rows, flight.num_steps, flight.results
-        wants_logprobs = any(row.sampling is not None and row.sampling.params.logprobs is not None for row in rows)
+        wants_logprobs = any(row.sampling is not None and (row.sampling.params.logprobs is not None
+                                                           or row.sampling.params.output_logits) for row in rows)
         wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None)
         # Sliced on the host: slicing device arrays would compile a program per shape.
         tokens, mirostat_mu, logprobs = jax.tree_util.tree_map(
@@ -286,6 +292,8 @@ class ModelRunner:
         if row.sampling is not None:
             position = row.start + len(row.token_ids)  # of the token being sampled
             fill_row(batch.sampling, index, row.sampling, position, self.model_config.vocab_size)
+        if row.embeddings:
+            pack_embeddings(batch, row.embeddings, cursor - row.start)
 
     def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
         """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.

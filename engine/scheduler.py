@@ -5,7 +5,9 @@ at its `num_computed_tokens`. A sequence whose chunk reaches the end of its toke
 one new token this step (a decode is a chunk of 1); a partial prefill chunk samples nothing.
 Prefill chunks and decodes share one step under three budgets: `max_num_batched_tokens`
 tokens, `max_num_seqs` running sequences, and `max_prefill_rows` rows of more than one
-token (each such row reads its cached pages once for all its tokens, engine/attention/reference.py).
+token (each such row reads its cached pages once for all its tokens, engine/attention/reference.py);
+and a prompt chunk ends early rather than replace more input embeddings than a step has
+rows for (`max_embedding_rows`, engine/embeddings.py).
 
 Running sequences go first, in admission order. When one of them needs pages that are not
 free, the most recently admitted running sequence is preempted (its pages freed, back to
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.embeddings import chunk_within, replaced_between
 from engine.sequence import Sequence, SequenceStatus
 
 
@@ -68,6 +71,7 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.max_prefill_rows = config.max_prefill_rows
+        self.max_embedding_rows = config.max_embedding_rows
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order
@@ -155,8 +159,8 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
-            wanted = min(seq.num_uncomputed_tokens, budget)
-            if wanted > 1 and self._num_chunks(output) >= self.max_prefill_rows:
+            wanted = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
+            if wanted == 0 or (wanted > 1 and self._num_chunks(output) >= self.max_prefill_rows):
                 index += 1  # a prompt chunk waits for a step with room for one
                 continue
             num_new = self._reserve(seq, wanted, output)
@@ -203,8 +207,8 @@ class Scheduler:
             if min(seq.num_uncomputed_tokens, budget) > 1 and self._num_chunks(output) >= self.max_prefill_rows:
                 break
             num_cached = manager.allocate(seq)
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            if not manager.can_append(seq, num_new):
+            num_new = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
+            if num_new == 0 or not manager.can_append(seq, num_new):
                 manager.free(seq)  # give the prefix-cache hits back; wait for pages
                 break
             manager.append(seq, num_new)
@@ -215,6 +219,14 @@ class Scheduler:
             self.running.append(seq)
             output.scheduled.append(self._chunk(seq, num_new))
             budget -= num_new
+
+    def _fit_embeddings(self, seq: Sequence, wanted: int, output: SchedulerOutput) -> int:
+        """`wanted` tokens of `seq`, fewer where its replaced embeddings would overflow the
+        step's embedding rows (engine/embeddings.py); 0 when not one more fits."""
+        if not seq.embeddings:
+            return wanted
+        used = sum(len(replaced_between(item.seq, item.start, item.num_new_tokens)) for item in output.scheduled)
+        return chunk_within(seq, seq.num_computed_tokens, wanted, self.max_embedding_rows - used)
 
     @staticmethod
     def _num_chunks(output: SchedulerOutput) -> int:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from engine.embeddings import cache_salt, sorted_replacements
 from engine.stop_strings import StopStringMatcher
 
 if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither NumPy nor tokenizers
     from llguidance import LLMatcher
 
-    from engine.request import PromptTokenLogprob, Request, SamplingParams, StopCriteria
+    from engine.request import EmbeddingReplacement, PromptTokenLogprob, Request, SamplingParams, StopCriteria
     from engine.tokenizer import IncrementalDetokenizer
 
 
@@ -67,6 +68,11 @@ class Sequence:
         self.prediction_shift = 0
         self.drafts_proposed: list[int] = []  # by draft position: tokens proposed there
         self.drafts_accepted: list[int] = []  # by draft position: tokens the output kept
+        # Replaced input embeddings by position (engine/embeddings.py), and the root of the
+        # page-hash chain they imply (b"": the prefix cache's plain root).
+        self.embeddings: tuple[EmbeddingReplacement, ...] = ()
+        self.embedding_positions: list[int] = []
+        self.cache_salt = b""
 
     @classmethod
     def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
@@ -78,7 +84,14 @@ class Sequence:
         seq = cls(request.request_id, request.prompt_token_ids, request.sampling, seed, stop,
                   end_token_ids, detokenizer, matcher)
         seq.prediction = tuple(request.prediction)
+        seq.set_embeddings(request.embeddings)
         return seq
+
+    def set_embeddings(self, replacements: tuple[EmbeddingReplacement, ...]) -> None:
+        """Replace the input embeddings of these prompt positions (before admission)."""
+        self.embeddings = sorted_replacements(replacements)
+        self.embedding_positions = [replacement.position for replacement in self.embeddings]
+        self.cache_salt = cache_salt(self.embeddings)
 
     def __repr__(self) -> str:
         return (

@@ -65,7 +65,7 @@ class ServerlessCompletionsExtensionRequest(BaseModel):
     include_output_logits: Annotated[
         bool | None,
         Field(
-            description="When true, the logits of the generated tokens are returned with the output.",
+            description="When true, the logits of the generated tokens are returned with the output: each token's raw model logit, before temperature, penalties or other processing.",
             title="Include Output Logits",
         ),
     ] = None
@@ -101,6 +101,20 @@ class ServerlessCompletionChoice(BaseModel):
     tokens: Annotated[
         list[int], Field(description="The generated token IDs.", title="Tokens")
     ]
+    logprobs: Annotated[
+        list[float] | None,
+        Field(
+            description="The natural-log probability of each token of `tokens` under the model's raw logits. Present only when `include_output_logprobs` was true (a Flint extension: seed 004 does not say where these appear).",
+            title="Logprobs",
+        ),
+    ] = None
+    logits: Annotated[
+        list[float] | None,
+        Field(
+            description="The raw model logit of each token of `tokens`, before any sampling processing. Present only when `include_output_logits` was true (a Flint extension: seed 004 does not say where these appear).",
+            title="Logits",
+        ),
+    ] = None
 
 
 class ServerlessCompletionUsage(BaseModel):
@@ -160,6 +174,20 @@ class TokenSampledEvent(BaseModel):
     token: Annotated[
         int, Field(description="The ID of the newly generated token.", title="Token")
     ]
+    logprob: Annotated[
+        float | None,
+        Field(
+            description="The token's natural-log probability under the model's raw logits. Present only when `include_output_logprobs` was true (a Flint extension).",
+            title="Logprob",
+        ),
+    ] = None
+    logit: Annotated[
+        float | None,
+        Field(
+            description="The token's raw model logit, before any sampling processing. Present only when `include_output_logits` was true (a Flint extension).",
+            title="Logit",
+        ),
+    ] = None
 
 
 class CompleteEvent(BaseModel):

@@ -27,6 +27,9 @@ FORMATS = "tests/api/test_completions_formats.py::"
 PREDICTION = Planned("api.core.prediction.prediction_token_ids",
                      "tests/api/test_prediction.py::test_speculation_token_ids_leave_the_completion_unchanged")
 FORMAT = Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate")
+SERVERLESS = "tests/api/test_serverless_completions.py::"
+EMBEDDINGS = Planned("embeddings.replaced_embeddings",
+                     "tests/api/test_completions_embeddings.py::test_a_replaced_embedding_answers_like_its_token")
 
 # Fields both dialects share, with the same handling.
 COMMON = {
@@ -85,8 +88,8 @@ FRIENDLI_FIELDS = {
     "xtc_probability": Sampled(),
     "stream_options": Planned("plan.plan_completion", STREAM + "test_include_usage_adds_a_final_usage_chunk"),
     "response_format": FORMAT,
-    "embedding_to_replace": "embedding replacement is not supported",
-    "token_index_to_replace": "embedding replacement is not supported",
+    "embedding_to_replace": EMBEDDINGS,
+    "token_index_to_replace": EMBEDDINGS,
     "encoder_no_repeat_ngram": "only for encoder-decoder models; this server serves decoder-only models",
     "encoder_repetition_penalty": "only for encoder-decoder models; this server serves decoder-only models",
 }
@@ -125,7 +128,7 @@ REGISTRY = Registry([
         "length_penalty": Refused(refusals.BEAM_SEARCH, _not_default(1.0)),
         "early_stopping": Refused(refusals.BEAM_SEARCH, _not_default(False)),
         "beam_search_type": Refused(refusals.BEAM_SEARCH, _not_default("DETERMINISTIC")),
-        "include_output_logits": Refused("returning logits is not supported; ask for logprobs", bool),
+        "include_output_logits": Planned("plan.sampling_of", SERVERLESS + "test_include_output_logits_gives_raw_logits"),
     }),
     ModelFields(OpenAILegacyFields, {
         "best_of": Refused("only best_of 1 is served", _not_default(1)),

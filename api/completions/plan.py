@@ -15,6 +15,10 @@ Decisions (see ../shared/API-DIALECTS.md for the dialect table):
   admission control, while usage counts the prompt once (as OpenAI does).
 - `response_format` (Fireworks' json_object, json_schema and GBNF grammar; Friendli's
   json_schema, json_object and regex) constrains every choice (api/core/structured.py).
+- `token_index_to_replace` / `embedding_to_replace` replace the input embeddings of those
+  prompt positions (api/completions/embeddings.py), for every choice of the one prompt.
+- `include_output_logits` returns each generated token's raw model logit (before any
+  sampling processing), beside `tokens`.
 - Tokens after a stop string are not generated; the token that completed it stays in
   `tokens` / `token_ids` / logprobs (as vLLM reports it), its text is cut.
 """
@@ -27,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from api.completions.body import MODELS
+from api.completions.embeddings import replaced_embeddings
 from api.completions.fields import REGISTRY
 from api.core import limits
 from api.core.errors import invalid
@@ -63,6 +68,7 @@ class CompletionPlan:
     raw_output: bool
     perf_metrics: bool
     timeout: float | None
+    logits: bool = False  # Friendli's include_output_logits: each token's raw model logit
 
 
 async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
@@ -77,14 +83,16 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
     echo_last = echo_count(body)
     logprobs = logprobs_of(body)
     grammar = await answer_grammar(body, server)
-    choices = [replace(choice, grammar=grammar) for choice in choice_requests(body, server, prompts, n, echo_last,
-                                                                             logprobs)]
+    embeddings = replaced_embeddings(body, server, prompts)
+    choices = [replace(choice, grammar=grammar, embeddings=embeddings)
+               for choice in choice_requests(body, server, prompts, n, echo_last, logprobs)]
     return CompletionPlan(
         body=body, prompts=prompts, prompt_texts=texts, n=n, choices=choices, stream=stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         echo_last=echo_last, logprobs=logprobs, content_logprobs=body.logprobs is True,
         return_token_ids=bool(body.return_token_ids), raw_output=bool(body.raw_output),
         perf_metrics=bool(body.perf_metrics_in_response), timeout=body.timeout,
+        logits=bool(body.include_output_logits),
     )
 
 
@@ -153,8 +161,8 @@ def stop_criteria(body: Any, values: EngineValues, vocab_size: int) -> StopCrite
 
 
 def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, logprobs: int | None) -> SamplingParams:
-    """The planned sampling fields: biases, bans, forced tokens, n-grams, logprobs (the seed
-    and prompt logprobs are each choice's)."""
+    """The planned sampling fields: biases, bans, forced tokens, n-grams, logprobs and
+    Friendli's output logits (the seed and prompt logprobs are each choice's)."""
     words = tuple(body.bad_words or ())
     limits.check_strings("bad_words", words, limits.MAX_BAD_WORDS)
     token_phrases = [list(sequence.tokens or []) for sequence in body.bad_word_tokens or []]
@@ -171,7 +179,7 @@ def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, log
         bad_word_tokens=tuple(check_token_ids("bad_word_tokens", phrase, vocab_size) for phrase in phrases),
         forced_output_tokens=check_token_ids("forced_output_tokens", forced, vocab_size),
         no_repeat_ngram_size=ngram if ngram > 1 else 0,  # Friendli: 1 means off
-        logprobs=logprobs)
+        logprobs=logprobs, output_logits=bool(body.include_output_logits))
 
 
 def max_tokens_for(body: Any, prompt: list[int], max_model_len: int) -> int:

@@ -1,7 +1,9 @@
 """Engine results to /v1/completions answers: one JSON body, or text_completion stream chunks.
 
 A choice carries the OpenAI/Fireworks fields and, always, Friendli's `seed` (the seed
-actually used) and `tokens` (the generated ids). Non-streamed responses always carry the
+actually used) and `tokens` (the generated ids); with `include_output_logits`, `logits`:
+each token's raw model logit (a stream chunk's choice: those of its tokens). Friendli's
+serverless shapes are api/completions/serverless.py. Non-streamed responses always carry the
 Fireworks performance headers; `perf_metrics_in_response` adds the same figures to the body
 (to the last chunk of a stream).
 
@@ -126,6 +128,8 @@ async def whole(plan: CompletionPlan, generation: Generation, results: list[Choi
     body = response.model_dump(mode="json", exclude_unset=True, warnings=False)
     for choice, result in zip(body["choices"], results):
         choice.update(seed=result.seed, tokens=result.token_ids)  # Friendli's choice fields
+        if plan.logits:
+            choice["logits"] = result.logits  # one per token of `tokens`
     return Response(body, headers=perf_headers(generation))
 
 
@@ -174,7 +178,8 @@ async def completion_chunks(plan: CompletionPlan, generation: Generation) -> Asy
     num_finished = 0
     async with aclosing(generation.events()) as events:
         async for event in events:
-            yield event_chunk(context, event, writers, results, num_finished)
+            chunk = event_chunk(context, event, writers, results, num_finished)
+            yield with_logits(chunk, event) if plan.logits else chunk
             num_finished += event.finish_reason is not None
     if plan.include_usage:
         chunk = new_chunk(context, [])
@@ -198,6 +203,14 @@ def event_chunk(context: CompletionContext, event: ChoiceEvent, writers: dict[in
     if num_finished + (event.finish_reason is not None) == len(plan.choices) and plan.perf_metrics:
         chunk.perf_metrics = perf_metrics(context.generation)
     return chunk
+
+
+def with_logits(chunk: fireworks.CompletionStreamResponse, event: ChoiceEvent) -> dict[str, Any]:
+    """The chunk with its choice's `logits` (the chunk's tokens' raw model logits), a field
+    the Fireworks chunk model does not define, so written as a plain object."""
+    body = chunk.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    body["choices"][0]["logits"] = event.logits or []
+    return body
 
 
 def new_chunk(context: CompletionContext, choices: list) -> fireworks.CompletionStreamResponse:

@@ -25,8 +25,8 @@ from api.core.errors import ApiError, engine_failed
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
-from engine.request import (Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams, SpeculationCounts,
-                            StopCriteria, TokenLogprob)
+from engine.request import (EmbeddingReplacement, Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams,
+                            SpeculationCounts, StopCriteria, TokenLogprob)
 
 log = logging.getLogger("flint")
 
@@ -45,6 +45,7 @@ class ChoiceRequest:
     stop: StopCriteria
     grammar: Grammar | None = None  # what the output must follow (api/core/structured.py)
     prediction: tuple[int, ...] = ()  # the predicted output's tokens (api/core/prediction.py)
+    embeddings: tuple[EmbeddingReplacement, ...] = ()  # input embeddings replacing prompt tokens
 
 
 @dataclass
@@ -64,6 +65,7 @@ class ChoiceEvent:
     prompt_logprobs: list[PromptTokenLogprob] | None = None  # with a choice's first event
     stop_string: str | None = None  # the stop string that ended the choice (Anthropic reports it)
     speculation: SpeculationCounts | None = None  # draft tokens verified so far
+    logits: list[float] | None = None  # each token's raw model logit, when asked
 
 
 class Generation:
@@ -129,7 +131,7 @@ class Generation:
 
     def engine_request(self, choice: ChoiceRequest) -> Request:
         return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
-                       choice.grammar, prediction=choice.prediction)
+                       choice.grammar, prediction=choice.prediction, embeddings=choice.embeddings)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""
@@ -178,7 +180,7 @@ def choice_event(choice: ChoiceRequest, output: RequestOutput) -> ChoiceEvent:
         num_prompt_tokens=output.num_prompt_tokens, num_cached_tokens=output.num_cached_tokens,
         num_output_tokens=output.num_output_tokens, seed=output.seed, prompt_logprobs=output.prompt_logprobs,
         stop_string=output.stop_reason if isinstance(output.stop_reason, str) else None,
-        speculation=output.speculation,
+        speculation=output.speculation, logits=output.logits,
     )
 
 
@@ -204,11 +206,13 @@ class ChoiceResult:
     finish_reason: str | None = None
     seed: int = 0
     stop_string: str | None = None
+    logits: list[float] = field(default_factory=list)
 
     def add(self, event: ChoiceEvent) -> None:
         self.text += event.text
         self.token_ids += event.token_ids
         self.logprobs += event.logprobs or []
+        self.logits += event.logits or []
         self.prompt_logprobs = self.prompt_logprobs or event.prompt_logprobs
         self.finish_reason = event.finish_reason or self.finish_reason
         self.seed = event.seed

@@ -51,6 +51,7 @@ class Dialect:
     # The event that tells a failure once the stream has begun (None: the events tell it themselves).
     error_event: Callable[[ApiError], Any] | None = None
     named_events: bool = False  # SSE events carry an `event:` line (Responses, Messages)
+    done_marker: bool = True  # an unnamed stream ends with `data: [DONE]` (not Friendli's serverless one)
 
 
 async def generate(dialect: Dialect, request: Request, server: ServerState) -> Response:
@@ -63,7 +64,8 @@ async def generate(dialect: Dialect, request: Request, server: ServerState) -> R
     try:
         if plan.stream:
             events = await until_disconnected(request, prefetched(dialect.stream(plan, generation)))
-            return sse_response(events, named=dialect.named_events, error_event=dialect.error_event)
+            return sse_response(events, named=dialect.named_events, error_event=dialect.error_event,
+                                done=dialect.done_marker)
         results = await until_disconnected(request, collect(generation))
         return await dialect.whole(plan, generation, results)
     except BaseException:

@@ -41,8 +41,10 @@ def encode_event(event: pydantic.BaseModel | Mapping[str, Any], *, named: bool =
 
 
 async def sse_frames(events: AsyncIterator[pydantic.BaseModel | Mapping[str, Any]], *, named: bool = False,
-                     error_event: Callable[[ApiError], Any] | None = None) -> AsyncIterator[bytes]:
-    """The SSE byte frames of `events`, then the [DONE] terminator (unless `named`).
+                     error_event: Callable[[ApiError], Any] | None = None,
+                     done: bool = True) -> AsyncIterator[bytes]:
+    """The SSE byte frames of `events`, then the [DONE] terminator (unless `named`, or not
+    `done`: Friendli's serverless stream ends with its own `complete` event).
 
     The status line has been sent by now, so a failure can only be told in the stream: an
     ApiError, or any unexpected exception (logged with its traceback), becomes the
@@ -57,7 +59,7 @@ async def sse_frames(events: AsyncIterator[pydantic.BaseModel | Mapping[str, Any
             log.error("unexpected error in a stream", exc_info=error)
             error = ApiError(500, "The server had an internal error while streaming.", error_type="server_error")
         yield encode_event(error_event(error), named=named)
-    if not named:
+    if done and not named:
         yield DONE_EVENT
 
 
@@ -96,14 +98,14 @@ async def prefetched(events: AsyncIterator[Any]) -> Prefetched:
 
 
 def sse_response(events: Prefetched, headers: Mapping[str, str] | None = None, *, named: bool = False,
-                 error_event: Callable[[ApiError], Any] | None = None) -> Stream:
-    """A streaming response of `events` (`named`, `error_event`: see `sse_frames`).
+                 error_event: Callable[[ApiError], Any] | None = None, done: bool = True) -> Stream:
+    """A streaming response of `events` (`named`, `error_event`, `done`: see `sse_frames`).
 
     Litestar cancels the sending task when the client disconnects; closing the event
     iterator afterwards (a background task runs however the body ended, even if it never
     began) makes sure its `finally` blocks run at once, so the engine requests behind it
     are aborted."""
-    frames = sse_frames(events, named=named, error_event=error_event)
+    frames = sse_frames(events, named=named, error_event=error_event, done=done)
 
     async def close() -> None:
         await frames.aclose()

@@ -5,6 +5,8 @@ Two distributions matter for a sampled token (the Fireworks fields):
   the distribution `top_logprobs` ranks (OpenAI semantics) and the one `rank` counts in.
 - `sampling_logprob`: under the processed distribution the token was actually drawn from
   (after penalties, temperature, truncation); masked entries are -inf there.
+The sampled token's raw logit (Friendli's `include_output_logits`) comes with them: the
+model's own score, before any processing, so it does not depend on the request's settings.
 
 All log probabilities are natural logs, computed in float32. `num_top` is static: it is
 the top-logprobs bucket (up to 20), and rows that asked for fewer are sliced on the host.
@@ -30,6 +32,7 @@ class TokenLogprobs:
     rank: jax.Array  # [rows] int32, 1 = most likely under the model distribution
     top_ids: jax.Array  # [rows, num_top] int32, most likely first
     top_logprobs: jax.Array  # [rows, num_top] float32, matching top_ids
+    logit: jax.Array  # [rows] float32, the token's raw model logit (filled for every row: one gather)
 
 
 @jax.tree_util.register_dataclass
@@ -77,6 +80,11 @@ def _model_logprobs(logits, token_ids, num_top: int):
             top_logits - log_total[:, None])
 
 
+def raw_logit(model_logits, tokens):
+    """Each row's token's logit [rows] under the model's raw logits [rows, vocab]."""
+    return _take(model_logits.astype(jnp.float32), tokens)
+
+
 def sampling_logprob_of(sampling_logits, tokens):
     """Each row's token's logprob under processed logits [rows, vocab] (-inf if masked)."""
     return _take(log_softmax(sampling_logits), tokens)
@@ -87,7 +95,7 @@ def model_logprobs(model_logits, tokens, sampling_logprob, num_top: int) -> Toke
     sampling logprob [rows] the sampler computed on its own (possibly narrowed) distribution."""
     logprob, rank, top_ids, top_logprobs = _model_logprobs(model_logits, tokens, num_top)
     return TokenLogprobs(logprob=logprob, sampling_logprob=sampling_logprob, rank=rank,
-                         top_ids=top_ids, top_logprobs=top_logprobs)
+                         top_ids=top_ids, top_logprobs=top_logprobs, logit=raw_logit(model_logits, tokens))
 
 
 def token_logprobs(model_logits, sampling_logits, tokens, num_top: int) -> TokenLogprobs:
@@ -118,7 +126,7 @@ def empty_logprobs(num_rows: int, num_top: int) -> TokenLogprobs:
     return TokenLogprobs(
         logprob=zeros, sampling_logprob=zeros, rank=jnp.zeros(num_rows, jnp.int32),
         top_ids=jnp.zeros((num_rows, num_top), jnp.int32),
-        top_logprobs=jnp.zeros((num_rows, num_top), jnp.float32),
+        top_logprobs=jnp.zeros((num_rows, num_top), jnp.float32), logit=zeros,
     )
 
 

@@ -111,6 +111,8 @@ class SamplingParams:
     # Logprobs of the prompt's tokens (echo, lm-eval's loglikelihood): top alternatives per
     # token (0-20), None: none. Such a prompt is computed in full, not read from the prefix cache.
     prompt_logprobs: int | None = bounded(None, low=0, high=MAX_LOGPROBS)
+    # Return each sampled token's raw model logit (Friendli's include_output_logits).
+    output_logits: bool = False
 
 
 def declared_rows(params_cls: type = SamplingParams) -> dict[str, RowSpec]:

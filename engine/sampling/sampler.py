@@ -8,6 +8,7 @@ uses nothing beyond temperature costs about what greedy does. The order of opera
       -> greedy pick (temperature 0)  |  / temperature -> top-k, top-p, min-p, typical, XTC
       -> Mirostat (rows that use it) -> one inverse-CDF draw per row
       -> logprobs of the pick under the model and under the processed distribution
+      -> the pick's raw logit (always: one gather, cheaper than a branch)
 
 Rows whose top-k, top-p or min-p cut keeps only tokens among their best NUM_CANDIDATES
 (128) run the stages after the cut on those (the narrow path, engine/sampling/candidates.py);
@@ -17,6 +18,7 @@ the others on the whole row (the full path, `full_draw`). Both apply the same fi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -26,7 +28,7 @@ from engine.sampling.arrays import SamplingArrays
 from engine.sampling.candidates import narrow_draw
 from engine.sampling.draw import Draw, inverse_cdf_draw, row_uniforms
 from engine.sampling.filters import apply_truncation
-from engine.sampling.logprobs import TokenLogprobs, empty_logprobs, model_logprobs, sampling_logprob_of
+from engine.sampling.logprobs import TokenLogprobs, empty_logprobs, model_logprobs, raw_logit, sampling_logprob_of
 from engine.sampling.mirostat import mirostat_step
 from engine.sampling.params import MAX_LOGPROBS
 from engine.sampling.processors import processed_logits
@@ -101,4 +103,6 @@ def sample(logits, arrays: SamplingArrays) -> SampleResult:
     num_top = min(NUM_TOP_LOGPROBS, logits.shape[-1])
     logprobs = jax.lax.cond(jnp.any(arrays.want_logprobs), logprobs,
                             lambda: empty_logprobs(tokens.shape[0], num_top))
+    # Outside the branch: a row may want its logit without logprobs.
+    logprobs = dataclasses.replace(logprobs, logit=raw_logit(logits, tokens))
     return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu)
