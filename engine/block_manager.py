@@ -45,7 +45,9 @@ class BlockManager:
 
     Usage per sequence: `allocate` on admission (prefix-cache hits), `can_append`/`append`
     before each step to cover the tokens scheduled, `mark_computed` after each step (once
-    `num_computed_tokens` has advanced), `free` on finish, abort or preemption.
+    `num_computed_tokens` has advanced), `free` on finish, abort or preemption. Beams:
+    `fork` shares a sequence's pages with a new one, and `copy_on_write` unshares the page
+    a sequence is about to write.
     """
 
     def __init__(self, num_pages: int, page_size: int, enable_prefix_caching: bool = True) -> None:
@@ -166,6 +168,33 @@ class BlockManager:
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Give `child` (holding no pages) every page of `parent`, shared: a beam forking.
+        The child computes from where the parent stands; `copy_on_write` gives it a page of
+        its own before it writes into a shared one."""
+        assert not child.block_table, f"{child.request_id} already holds pages"
+        for page in parent.block_table:
+            self._ref_counts[page] += 1
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
+        child.num_computed_tokens = parent.num_computed_tokens
+
+    def copy_on_write(self, seq: Sequence) -> tuple[int, int] | None:
+        """Make the page `seq` writes its next token into its own: when another sequence
+        shares it (a forked beam's partly filled last page), `seq` takes a free page in its
+        place and gets (shared page, new page) back, to be copied on the device before the
+        write; None when nothing needs copying. Full pages are never written, so only the
+        page holding position num_computed_tokens can need it. RuntimeError when no page is free."""
+        index = seq.num_computed_tokens // self.page_size
+        if index >= len(seq.block_table) or self._ref_counts[seq.block_table[index]] == 1:
+            return None
+        if not self.num_free_pages:
+            raise RuntimeError(f"out of KV-cache pages for {seq.request_id}")
+        shared = seq.block_table[index]
+        self._ref_counts[shared] -= 1  # still held by another sequence: never freed here
+        seq.block_table[index] = self._take_free_page()
+        return shared, seq.block_table[index]
 
     def _page_token_ids(self, seq: Sequence, index: int) -> list[int]:
         return seq.token_ids[index * self.page_size : (index + 1) * self.page_size]

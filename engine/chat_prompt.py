@@ -158,6 +158,10 @@ class ChatEncoder:
         merged = tokenizers.Encoding.merge(encodings, growing_offsets=True)
         return self._parsing.post_process(merged, add_special_tokens=True).ids
 
+    def encode_plain(self, text: str) -> list[int]:
+        """The ids of `text` as caller text after a template token: special strings plain."""
+        return self._plain(text, 1).ids if text else []
+
     def _parts(self, prompt: ChatPrompt) -> list[tokenizers.Encoding | int]:
         """The template's special tokens as ids, the text between them encoded plain."""
         text, parts, offset = prompt.escaped_text, [], 0

@@ -9,7 +9,8 @@ KV slots they were written to (its pages are freed as it finishes).
 
 A row rules the window out when the host must see each token before the next is drawn:
 its allowed-token mask changes with the output (a grammar, forced tokens, bad words, n-gram
-bans, or end tokens still banned by min_tokens).
+bans, end tokens still banned by min_tokens, or a thinking section's first token or budget), or it is a beam, whose next token the host
+picks (engine/beam_search.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from engine.block_manager import BlockManager
+from engine.reasoning import steps_with_fixed_mask
 from engine.request import RequestOutput
 from engine.sampling.masks import stop_bans
 from engine.scheduler import ScheduledSequence, SchedulerOutput
@@ -41,15 +43,19 @@ def window_limit(scheduled: SchedulerOutput, max_steps: int, max_model_len: int,
         # No window runs past a row's max_tokens or max_model_len: those tokens would be waste.
         steps = min(steps, seq.stop.max_tokens - seq.num_output_tokens - ahead,
                     max_model_len - seq.num_tokens - ahead)
+        room = steps_with_fixed_mask(seq)  # nor past a thinking budget: its forced tokens need the host
+        if room is not None:
+            steps = min(steps, room - ahead)
     return max(steps, 0)
 
 
 def mask_is_fixed(seq: Sequence) -> bool:
-    """Whether the row's allowed tokens stay as they are (all) for every step of a window."""
+    """Whether the row's allowed tokens stay as they are (all, or all but a thinking
+    section's start tag) for every step of a window."""
     params = seq.sampling
-    if seq.matcher is not None or params.bad_word_tokens or params.no_repeat_ngram_size:
+    if seq.matcher is not None or seq.beam is not None or params.bad_word_tokens or params.no_repeat_ngram_size:
         return False
-    if seq.num_output_tokens < len(params.forced_output_tokens):
+    if seq.num_output_tokens < len(params.forced_output_tokens) or steps_with_fixed_mask(seq) == 0:
         return False
     return not stop_bans(seq.num_output_tokens, seq.stop.min_tokens, seq.num_tokens,
                          seq.stop.min_total_tokens or None, seq.end_token_ids)
@@ -91,4 +97,5 @@ def joined(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
         logits = (earlier.logits or []) + (later.logits or [])
     return dataclasses.replace(
         later, new_token_ids=earlier.new_token_ids + later.new_token_ids, text=earlier.text + later.text,
+        reasoning_text=earlier.reasoning_text + later.reasoning_text,
         logprobs=logprobs, prompt_logprobs=earlier.prompt_logprobs or later.prompt_logprobs, logits=logits)

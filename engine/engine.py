@@ -13,6 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine import beam_search
+from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
@@ -21,11 +23,12 @@ from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage, speculation_counts
+from engine.reasoning import answer_tokens, answer_words, banned_tokens, forced_token
 from engine.request import SEED_MODULUS, Request, RequestOutput
 from engine.runner import InFlight, ModelRunner, RowPlan
 from engine.sampling import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
+from engine.sequence import Sequence, SequenceStatus
 from engine.sharding import make_mesh, param_shardings
 from engine.speculation import SpeculationConfig, follows_prediction
 from engine.tokenizer import Tokenizer
@@ -69,6 +72,7 @@ class Engine:
         self.grammars = GrammarCompiler(tokenizer, checkpoint.config.vocab_size, self.eos_token_ids)
         self.masks = GrammarMasks(checkpoint.config.vocab_size)
         self._sequences: dict[str, Sequence] = {}  # unfinished sequences by request id
+        self._beam_searches: dict[str, BeamSearch] = {}  # unfinished beam searches by request id
         self._seeds = random.Random(config.seed)
         self._in_flight: Flight | None = None  # a window dispatched behind the last one (step)
         self.speculation = SpeculationConfig(ngram=config.speculative == "ngram",
@@ -109,10 +113,13 @@ class Engine:
         seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_MODULUS)
         matcher = self.grammars.matcher(request.grammar) if request.grammar is not None else None
         forced = list(request.sampling.forced_output_tokens)
-        if matcher is not None and forced and not accepts_prefix(matcher, forced):
+        if matcher is not None and forced and not accepts_prefix(matcher, answer_tokens(request.reasoning, forced)):
             raise ValueError("the forced output tokens do not follow the request's grammar")
         seq = self.output.new_sequence(request, seed, matcher)
         self._sequences[request.request_id] = seq
+        if request.beam is not None:
+            eos = frozenset() if request.stop.ignore_eos else self.eos_token_ids
+            self._beam_searches[request.request_id] = BeamSearch(seq, request.beam, eos, self.config.max_model_len)
         self.scheduler.add(seq)
 
     def validate(self, request: Request) -> None:
@@ -140,7 +147,9 @@ class Engine:
         seq = self._sequences.pop(request_id, None)
         if seq is None:
             return None
-        self.scheduler.finish(seq, "abort")
+        search = self._beam_searches.pop(request_id, None)
+        for beam in search.sequences if search is not None else [seq]:
+            self.scheduler.finish(beam, "abort")
         return self.output.aborted(seq)
 
     def has_unfinished(self) -> bool:
@@ -214,6 +223,8 @@ class Engine:
         else:
             outputs = merge_outputs([output for index, step in enumerate(steps)
                                      for output in self.output.process(window_round(flight.scheduled, index), step)])
+        if flight.num_steps == 1 and steps[0].beams is not None:
+            outputs += self._advance_beams(flight.scheduled, steps[0])
         for output in outputs:
             if output.finished:
                 self._sequences.pop(output.request_id, None)
@@ -228,6 +239,27 @@ class Engine:
         verified = {verification.seq.request_id: verification.seq for verification in flight.verifications}
         return [dataclasses.replace(output, speculation=speculation_counts(verified[output.request_id]))
                 if output.request_id in verified else output for output in outputs]
+
+    def _advance_beams(self, scheduled: SchedulerOutput, step) -> list[RequestOutput]:
+        """Hand each beam row's candidates to its search; every search whose beams have all
+        proposed picks its next beams (their page copies go to the device now, ahead of the
+        next step) or ends with its one output."""
+        searches = {}
+        for index, item in enumerate(scheduled.scheduled):
+            search = item.seq.beam
+            if search is None or not item.needs_sample or item.seq.status is not SequenceStatus.RUNNING:
+                continue
+            search.offer(item.seq, beam_search.candidate_row(step.beams, index))
+            searches[id(search)] = search
+        outputs = []
+        for search in searches.values():
+            if not search.ready:
+                continue
+            self.runner.copy_pages(beam_search.step(search, self.scheduler))
+            if search.finished:
+                self._beam_searches.pop(search.request_id, None)
+                outputs.append(beam_search.final_output(search, self.tokenizer))
+        return outputs
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
         """The runner's rows for a step: each chunk's tokens, pages, and sampling inputs."""
@@ -260,7 +292,9 @@ def row_sampling(seq: Sequence, masks: GrammarMasks) -> RowSampling:
         params=seq.sampling, seed=seq.seed, token_ids=seq.token_ids, num_prompt_tokens=seq.num_prompt_tokens,
         end_token_ids=seq.end_token_ids, min_tokens=seq.stop.min_tokens,
         min_total_tokens=seq.stop.min_total_tokens, mirostat_mu=seq.mirostat_mu,
-        grammar_words=masks.take(seq) if seq.matcher is not None else None,
+        grammar_words=answer_words(seq, masks.take),
+        forced_token_id=forced_token(seq), banned_token_ids=banned_tokens(seq),
+        beam_mode=seq.beam.mode if seq.beam is not None else 0,
     )
 
 

@@ -22,6 +22,7 @@ import llguidance
 import llguidance.numpy
 import numpy as np
 
+from engine.reasoning import is_thinking
 from engine.sampling.masks import num_words
 from engine.sequence import Sequence
 
@@ -39,7 +40,8 @@ class GrammarMasks:
 
     def start(self, seqs: Iterable[Sequence]) -> None:
         """Begin computing the masks of `seqs`' next tokens (the unconstrained are skipped)."""
-        constrained = [seq for seq in seqs if seq.matcher is not None and not seq.is_finished]
+        # A sequence still thinking has no mask yet: its grammar applies to the answer.
+        constrained = [seq for seq in seqs if seq.matcher is not None and not seq.is_finished and not is_thinking(seq)]
         self._wait()
         if not constrained:
             self._rows = {}

@@ -10,6 +10,9 @@ For each sampled token, in order (as vLLM checks them):
 Every token kept is consumed by the sequence's grammar matcher first: the mask made it
 one the grammar allows, so a matcher that refuses it is a broken constraint, and the
 sequence is aborted rather than let its output go on unconstrained.
+A model's thinking section (engine/reasoning.py) comes before all this: its tags show no
+text, its thoughts' text goes to `reasoning_text` through a detokenizer of its own, and
+only the limits apply to it (stop strings and grammars are the answer's).
 A sequence that stops is finished through the scheduler in the same step, which frees its
 KV pages before the next schedule. Text that could still begin a stop string is held back
 and emitted as soon as it cannot, or when the sequence ends for another reason.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from engine.reasoning import ANSWER, END, THOUGHT, ReasoningTrack
 from engine.request import PromptTokenLogprob, Request, RequestOutput, SpeculationCounts, TokenLogprob
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -52,7 +56,11 @@ class OutputStage:
         and the matcher of its grammar."""
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids=request.prompt_token_ids,
                                              skip_special_tokens=True)
-        return Sequence.from_request(request, seed, self.eos_token_ids, detokenizer, matcher)
+        seq = Sequence.from_request(request, seed, self.eos_token_ids, detokenizer, matcher)
+        if seq.reasoning is not None:
+            seq.reasoning.detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids=request.prompt_token_ids,
+                                                               skip_special_tokens=True)
+        return seq
 
     def process(self, scheduled: SchedulerOutput, step: StepOutput) -> list[RequestOutput]:
         """Record the step, append its sampled tokens (scheduler.update), check stops and
@@ -69,7 +77,7 @@ class OutputStage:
 
     def aborted(self, seq: Sequence) -> RequestOutput:
         """The last output of a sequence the scheduler has just aborted: the text held back."""
-        return self._output(seq, [], self._drain(seq).text)
+        return self._output(seq, [], self._drain(seq).text, reasoning=drain_thoughts(seq))
 
     def _record_rows(self, scheduled: SchedulerOutput, step: StepOutput) -> dict[str, TokenLogprob | None]:
         """Keep each row's prompt logprobs and Mirostat state; the sampled tokens' logprobs."""
@@ -90,10 +98,14 @@ class OutputStage:
         if token in seq.end_token_ids:
             stop_token = token if token in seq.stop.token_ids else None  # None: EOS
             return self._end(seq, [token], "stop", stop_reason=stop_token, logprobs=logprobs)
+        part = seq.reasoning.advance(token) if seq.reasoning is not None else ANSWER
+        if part != ANSWER:
+            return self._think(seq, token, part, logprobs)
         if seq.matcher is not None and not seq.matcher.consume_token(token):
             log.error("request %s: its grammar refused token %d: %s", seq.request_id, token, seq.matcher.get_error())
             return self._end(seq, [], "abort")
-        scan = seq.stop_matcher.feed(seq.detokenizer.push([token]))
+        shown = [token] if seq.reasoning is None or seq.reasoning.shows(token) else []  # a stray tag: no text
+        scan = seq.stop_matcher.feed(answer_text(seq, seq.detokenizer.push(shown)))
         if scan.stopped:
             return self._end(seq, [token], "stop", scan.text, scan.stop, logprobs)
         if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete
@@ -102,8 +114,17 @@ class OutputStage:
             return self._end(seq, [token], "length", scan.text, logprobs=logprobs)
         return self._output(seq, [token], scan.text, logprobs)
 
+    def _think(self, seq: Sequence, token: int, part: str, logprobs: list[TokenLogprob] | None) -> RequestOutput:
+        """The output for a token of the thinking section (`part`: START, THOUGHT or END):
+        the thoughts' new text (a tag has none of its own); only the limits end it here."""
+        thoughts = section_text(seq.reasoning, token, part)
+        if seq.num_output_tokens >= seq.stop.max_tokens or seq.num_tokens >= self.max_model_len:
+            return self._end(seq, [token], "length", logprobs=logprobs, reasoning=thoughts)
+        return self._output(seq, [token], "", logprobs, reasoning=thoughts)
+
     def _end(self, seq: Sequence, tokens: list[int], reason: str, text: str = "",
-             stop_reason: str | int | None = None, logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
+             stop_reason: str | int | None = None, logprobs: list[TokenLogprob] | None = None,
+             reasoning: str = "") -> RequestOutput:
         """Finish `seq` now (its pages are free when this returns) and emit the text held back.
 
         That text may itself complete a stop string (the detokenizer's last characters), and
@@ -112,25 +133,48 @@ class OutputStage:
         if tail.stopped:
             reason, stop_reason = "stop", tail.stop
         self.scheduler.finish(seq, reason)
-        return self._output(seq, tokens, text + tail.text, logprobs, stop_reason)
+        return self._output(seq, tokens, text + tail.text, logprobs, stop_reason, reasoning + drain_thoughts(seq))
 
     @staticmethod
     def _drain(seq: Sequence) -> StopScan:
         """Everything still held back, as generation ends: the detokenizer's incomplete
         characters through the stop matcher, then what the matcher held (nothing after a match)."""
-        scan = seq.stop_matcher.feed(seq.detokenizer.flush())
+        scan = seq.stop_matcher.feed(answer_text(seq, seq.detokenizer.flush()))
         return scan if scan.stopped else StopScan(scan.text + seq.stop_matcher.flush())
 
     @staticmethod
     def _output(seq: Sequence, tokens: list[int], text: str, logprobs: list[TokenLogprob] | None = None,
-                stop_reason: str | int | None = None) -> RequestOutput:
+                stop_reason: str | int | None = None, reasoning: str = "") -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=seq.finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,
             num_output_tokens=seq.num_output_tokens, seed=seq.seed, logprobs=logprobs,
             prompt_logprobs=take_prompt_logprobs(seq), stop_reason=stop_reason,
-            speculation=speculation_counts(seq),
+            speculation=speculation_counts(seq), reasoning_text=reasoning,
+            num_reasoning_tokens=seq.reasoning.num_tokens if seq.reasoning is not None else 0,
         )
+
+
+def answer_text(seq: Sequence, text: str) -> str:
+    """Answer text as shown (after a thinking section, without its leading newlines)."""
+    return seq.reasoning.answer_text(text) if seq.reasoning is not None else text
+
+
+def section_text(track: ReasoningTrack, token: int, part: str) -> str:
+    """The thoughts' newly safe text after a token of the section: a thought's, or at the
+    end tag what the detokenizer still held."""
+    if part == THOUGHT:
+        return track.thoughts.feed(track.detokenizer.push([token]))
+    return track.thoughts.feed(track.detokenizer.flush()) if part == END else ""
+
+
+def drain_thoughts(seq: Sequence) -> str:
+    """The thoughts' text still held back by the detokenizer, as generation ends mid-thought
+    (the trailing newlines are dropped, as at the end tag)."""
+    track = seq.reasoning
+    if track is None or not track.thinking:
+        return ""
+    return track.thoughts.feed(track.detokenizer.flush())
 
 
 def speculation_counts(seq: Sequence) -> SpeculationCounts | None:

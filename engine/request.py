@@ -6,9 +6,10 @@ import math
 from dataclasses import dataclass, field
 
 from engine.grammar import Grammar
+from engine.reasoning import Reasoning
 from engine.sampling.params import SamplingParams, bounded
 
-__all__ = ["EmbeddingReplacement", "Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
+__all__ = ["BeamResult", "BeamSearchParams", "EmbeddingReplacement", "Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
            "TokenLogprob", "choice_seeds"]
 
 
@@ -46,6 +47,42 @@ def choice_seeds(seed: int | list[int] | None, n: int, draw) -> list[int]:
     return [seed] + [hash((seed, i)) % SEED_MODULUS for i in range(1, n)]
 
 
+# Each beam search type and the row mode the sampler knows it by (engine/sampling/beams.py; 0: no beam).
+BEAM_MODES = {"DETERMINISTIC": 1, "NAIVE_SAMPLING": 2, "STOCHASTIC": 3}
+BEAM_SEARCH_TYPES = tuple(BEAM_MODES)
+MAX_BEAMS = 31  # Friendli's bound; the sampler computes 2 x this many candidates per beam
+
+
+@dataclass(frozen=True)
+class BeamSearchParams:
+    """A beam search (engine/beam_search.py): `num_beams` hypotheses kept per step, each
+    finished one scored by its summed logprob over (output length ** length_penalty)."""
+
+    num_beams: int = bounded(1, low=1, high=MAX_BEAMS)
+    length_penalty: float = bounded(1.0, low=-math.inf, high=math.inf, integer=False)
+    # Stop once num_beams hypotheses have finished, rather than once no running beam can
+    # still beat the worst of them.
+    early_stopping: bool = False
+    search_type: str = "DETERMINISTIC"  # one of BEAM_SEARCH_TYPES
+
+    def __post_init__(self) -> None:
+        if self.search_type not in BEAM_SEARCH_TYPES:
+            raise ValueError(f"beam search type must be one of {', '.join(BEAM_SEARCH_TYPES)}")
+        if not 1 <= self.num_beams <= MAX_BEAMS:
+            raise ValueError(f"num_beams must lie in [1, {MAX_BEAMS}]")
+
+
+@dataclass(frozen=True)
+class BeamResult:
+    """One finished hypothesis of a beam search, best first in RequestOutput.beams."""
+
+    token_ids: list[int]  # generated ids, the end token included
+    text: str  # their text, without the text of an end token
+    score: float  # cumulative logprob / (len(token_ids) ** length_penalty)
+    cumulative_logprob: float
+    finish_reason: str  # "stop" (an end token) or "length"
+
+
 @dataclass
 class Request:
     """One generation: the prompt's token ids, how to sample, when to stop, and the
@@ -62,6 +99,10 @@ class Request:
     # Input embeddings that replace the token embeddings at these prompt positions (Friendli's
     # embedding_to_replace): each one hidden_size floats (engine/embeddings.py).
     embeddings: tuple[EmbeddingReplacement, ...] = ()
+    beam: BeamSearchParams | None = None  # a beam search instead of one sampled output
+    # The model's thinking section (engine/reasoning.py): its text kept apart from the
+    # answer, its budget enforced. None: the output is all answer.
+    reasoning: Reasoning | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +178,13 @@ class RequestOutput:
     stop_reason: str | int | None = None
     speculation: SpeculationCounts | None = None  # drafts verified so far (None: none proposed)
     logits: list[float] | None = None  # the raw model logit of each new token, when the request asked
+    # The newly safe text of the model's thinking (engine/reasoning.py), apart from `text`,
+    # and how many output tokens its thinking section holds so far (tags included).
+    reasoning_text: str = ""
+    num_reasoning_tokens: int = 0
+    # A beam search's hypotheses, best first, with its one (final) output; the output's own
+    # tokens and text are the best one's.
+    beams: list[BeamResult] | None = None
 
     @property
     def finished(self) -> bool:

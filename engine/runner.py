@@ -29,9 +29,10 @@ from engine.attention import checked as checked_attention
 from engine.attention import resolve as resolve_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
-from engine.kv_cache import init_kv_cache
+from engine.kv_cache import KVCache, init_kv_cache
 from engine.model import Llama
 from engine.request import EmbeddingReplacement
+from engine.sampling.beams import BeamCandidates
 from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
 from engine.sampling.inputs import RowSampling, fill_row
@@ -77,6 +78,19 @@ class StepOutput:
     logprobs: TokenLogprobs | None  # NumPy arrays [rows, ...], raw logits too; None when no row asked
     mirostat_mu: np.ndarray  # [rows] float32
     prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
+    beams: BeamCandidates | None = None  # NumPy arrays [rows, candidates]; None when no beam row
+
+
+COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)
+
+
+def copy_pages(kv_cache: KVCache, sources, destinations) -> KVCache:
+    """The cache with pages `sources` [n] copied onto `destinations` [n], every layer.
+    Destinations are distinct (fresh pages) apart from padding, which copies page 0 onto itself."""
+    def copy(pages):  # [layers, pages, page_size, kv_heads, head_dim]
+        return pages.at[:, destinations].set(pages[:, sources])
+
+    return KVCache(k=copy(kv_cache.k), v=copy(kv_cache.v))
 
 
 def token_spans(rows: list[RowPlan]) -> list[slice]:
@@ -114,6 +128,7 @@ class ModelRunner:
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,))
         self._compiled: dict[int, Callable] = {}
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
+        self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
 
     def _forward_and_sample(self, state, kv_cache, batch: BatchInputs, num_steps):
         """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.
@@ -236,17 +251,30 @@ class ModelRunner:
         rows, num_steps, results = flight.rows, flight.num_steps, flight.results
         wants_logprobs = any(row.sampling is not None and (row.sampling.params.logprobs is not None
                                                            or row.sampling.params.output_logits) for row in rows)
-        wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None)
+        wants_beams = any(row.sampling is not None and row.sampling.beam_mode for row in rows)
+        wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None,
+                  results.beams if wants_beams else None)
         # Sliced on the host: slicing device arrays would compile a program per shape.
-        tokens, mirostat_mu, logprobs = jax.tree_util.tree_map(
+        tokens, mirostat_mu, logprobs, beams = jax.tree_util.tree_map(
             lambda a: np.asarray(a)[:num_steps, : len(rows)], jax.device_get(wanted))
         sampled = np.asarray([row.sample for row in rows])
         prompt_rows = self._prompt_rows(rows, flight.batch, flight.prompt)
         return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
                            logprobs=None if logprobs is None else jax.tree_util.tree_map(lambda a: a[step], logprobs),
                            mirostat_mu=mirostat_mu[step],
-                           prompt_logprobs=prompt_rows if step == 0 else [None] * len(rows))
+                           prompt_logprobs=prompt_rows if step == 0 else [None] * len(rows),
+                           beams=None if beams is None else jax.tree_util.tree_map(lambda a: a[step], beams))
                 for step in range(num_steps)]
+
+    def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV pages (source, destination) on the device, in dispatch order: after every
+        step dispatched so far, before any dispatched later (beams forking a shared page).
+        COPY_BATCH pairs a call, padded with the null page onto itself: one executable."""
+        for start in range(0, len(pairs), COPY_BATCH):
+            chunk = pairs[start: start + COPY_BATCH]
+            padded = np.zeros((COPY_BATCH, 2), np.int32)
+            padded[: len(chunk)] = chunk
+            self.kv_cache = self._copy_pages(self.kv_cache, padded[:, 0], padded[:, 1])
 
     @staticmethod
     def _prompt_rows(rows: list[RowPlan], batch: BatchInputs, prompt) -> list[PromptLogprobs | None]:

@@ -126,6 +126,8 @@ class Scheduler:
         # After a preemption pages are short: admitting now would only be preempted again.
         if not output.preempted:
             self._schedule_waiting(output, budget)
+        while output.is_empty and self.waiting and self._release_idle():
+            self._schedule_waiting(output, budget)
         return output
 
     def update(self, output: SchedulerOutput, sampled_token_ids: list[int]) -> list[Sequence]:
@@ -134,7 +136,8 @@ class Scheduler:
         `sampled_token_ids` holds one token per entry of `output.sampled`, that is per
         scheduled row with `needs_sample`, in scheduled order. Returns the sequences that
         gained a token, for the engine's stop checks. Sequences finished while the step
-        ran (aborted) are skipped.
+        ran (aborted) are skipped, and a beam's token is not appended: its search picks the
+        next beams from every beam's candidates (engine/beam_search.py).
         """
         num_sampled = sum(item.needs_sample for item in output.scheduled)
         if len(sampled_token_ids) != num_sampled:
@@ -148,10 +151,45 @@ class Scheduler:
                 continue
             seq.num_computed_tokens += item.num_new_tokens
             self.block_manager.mark_computed(seq)
-            if token_id is not None:
+            if token_id is not None and seq.beam is None:
                 seq.append_token(int(token_id))
                 grown.append(seq)
         return grown
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Queue `child`, a beam forked from `parent`, right behind it: running with its
+        parent's pages shared (BlockManager.fork), or waiting if the parent lost its pages."""
+        child.arrival = parent.arrival
+        child.num_preemptions = parent.num_preemptions
+        if parent.status is SequenceStatus.RUNNING:
+            self.block_manager.fork(parent, child)
+            child.status = SequenceStatus.RUNNING
+            self.running.insert(self.running.index(parent) + 1, child)
+        else:
+            self.waiting.insert(self.waiting.index(parent) + 1, child)
+
+    def requeue(self, seq: Sequence) -> None:
+        """Free a running sequence's pages and queue it first, to be recomputed."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _release_idle(self) -> bool:
+        """Free the pages of the newest idle sequence, queued last: a beam that has proposed
+        its candidates and waits for the rest of its search (engine/beam_search.py). Called
+        when nothing else can run, so that a waiting beam, perhaps of the same search, gets
+        the pages or the sequence slot it needs. False when no sequence is idle."""
+        idle = next((seq for seq in reversed(self.running) if seq.num_uncomputed_tokens == 0), None)
+        if idle is None:
+            return False
+        self.running.remove(idle)
+        self.block_manager.free(idle)
+        idle.status = SequenceStatus.WAITING
+        idle.num_preemptions += 1
+        self.waiting.append(idle)
+        return True
 
     def _schedule_running(self, output: SchedulerOutput) -> int:
         """Schedule running sequences in admission order; return the token budget left."""

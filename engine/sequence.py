@@ -10,6 +10,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from engine.embeddings import cache_salt, sorted_replacements
+from engine.reasoning import ReasoningTrack
 from engine.stop_strings import StopStringMatcher
 
 if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither NumPy nor tokenizers
@@ -73,6 +74,8 @@ class Sequence:
         self.embeddings: tuple[EmbeddingReplacement, ...] = ()
         self.embedding_positions: list[int] = []
         self.cache_salt = b""
+        self.beam = None  # the BeamSearch this sequence is a beam of (engine/beam_search.py)
+        self.reasoning: ReasoningTrack | None = None  # where the output stands in its thinking section
 
     @classmethod
     def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
@@ -85,6 +88,7 @@ class Sequence:
                   end_token_ids, detokenizer, matcher)
         seq.prediction = tuple(request.prediction)
         seq.set_embeddings(request.embeddings)
+        seq.reasoning = ReasoningTrack(request.reasoning) if request.reasoning is not None else None
         return seq
 
     def set_embeddings(self, replacements: tuple[EmbeddingReplacement, ...]) -> None:

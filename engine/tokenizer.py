@@ -21,6 +21,7 @@ import tokenizers
 from engine.chat_prompt import ChatEncoder, ChatPrompt
 from engine.chat_template import ChatTemplate, MissingChatTemplateError
 from engine.gguf_vocab import gguf_byte_level_bpe, special_tokens_processor
+from engine.reasoning import ThinkingTags, thinking_tags
 
 
 class Tokenizer:
@@ -137,6 +138,17 @@ class Tokenizer:
         if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", spelling):
             return bytes([int(spelling[3:5], 16)])
         return self.decode([token_id]).encode("utf-8")
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids for `text` as it would follow a template token, special-token strings
+        in it read as plain text (as messages' own text is)."""
+        return self._chat_encoder().encode_plain(text)
+
+    @property
+    def thinking(self) -> ThinkingTags | None:
+        """The tags of the model's thinking section, or None when it does not reason
+        (engine/reasoning.py: single tokens of the vocabulary, written by the chat template)."""
+        return thinking_tags(self)
 
     def to_json_str(self) -> str:
         """The `tokenizers` JSON serialization (what llguidance builds its tokenizer from)."""

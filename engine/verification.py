@@ -30,6 +30,7 @@ import numpy as np
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.reasoning import steps_with_fixed_mask
 from engine.runner import RowPlan, StepOutput
 from engine.sampling import RowSampling
 from engine.scheduler import ScheduledSequence, SchedulerOutput
@@ -51,8 +52,17 @@ class Verification:
 
 def can_speculate(seq: Sequence) -> bool:
     """Whether a row's draft can be checked without the host between its tokens: no grammar
-    (its mask follows each token) and no Mirostat (its state follows each draw)."""
-    return seq.matcher is None and seq.sampling.mirostat_target == 0
+    (its mask follows each token), no Mirostat (its state follows each draw), no beam
+    (the host picks its next token), and no thinking-section mask about to change."""
+    return (seq.matcher is None and seq.beam is None and seq.sampling.mirostat_target == 0
+            and steps_with_fixed_mask(seq) != 0)
+
+
+def within_fixed_mask(seq: Sequence, limit: int) -> int:
+    """`limit`, lowered so that every draft row samples under the row's own mask (a thinking
+    budget forces its tokens one by one: engine/reasoning.py)."""
+    room = steps_with_fixed_mask(seq)
+    return limit if room is None else min(limit, room - 1)
 
 
 def plan_drafts(scheduled: SchedulerOutput, speculation: SpeculationConfig, config: EngineConfig,
@@ -67,8 +77,8 @@ def plan_drafts(scheduled: SchedulerOutput, speculation: SpeculationConfig, conf
         seq = item.seq
         if not (item.needs_sample and can_speculate(seq)):
             continue
-        limit = min(tokens_left, rows_left, seq.stop.max_tokens - seq.num_output_tokens - 1,
-                    config.max_model_len - seq.num_tokens - 1)
+        limit = within_fixed_mask(seq, min(tokens_left, rows_left, seq.stop.max_tokens - seq.num_output_tokens - 1,
+                                           config.max_model_len - seq.num_tokens - 1))
         draft = propose(seq, speculation, limit)
         if not draft or not block_manager.can_append(seq, item.num_new_tokens + len(draft)):
             continue

@@ -2,20 +2,23 @@
 (spec/asyncapi, the AsyncAPI chat schema) that OpenAI's lacks, such as top_k or min_p.
 
 Where both define a field, OpenAI's type rules, but for `response_format`, which also
-takes Fireworks' `grammar` type. Messages follow OpenAI's shapes; the few
-message fields and part types only Fireworks defines (`reasoning_content`, `video_url`
-and `audio_url` parts) are refused by name with a 400 before OpenAI's schema would call
-them unknown. Unknown fields at any depth are schema violations (400 in OpenAI's shape).
+takes Fireworks' `grammar` type, and `reasoning_effort`, which takes every form of
+Fireworks' (seed 000: OpenAI's levels, `max`, a bool or a token budget). Messages follow
+OpenAI's shapes, an assistant's with Fireworks' `reasoning_content` (api/chat/reasoning.py);
+the part types only Fireworks defines (`video_url` and `audio_url`) are refused by name
+with a 400 before OpenAI's schema would call them unknown. Unknown fields at any depth are
+schema violations (400 in OpenAI's shape).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 
 from api.chat.fields import REGISTRY
+from api.chat.reasoning import ChatMessage
 from api.core.validation import parse_body, require_object
 from generated import fireworks_completions
 from generated import fireworks_streaming as fireworks
@@ -42,9 +45,12 @@ def _fireworks_field(name: str) -> tuple[Any, None]:
 # OpenAI's formats, or Fireworks' (its completions format, whose `grammar` type takes a GBNF
 # grammar; Fireworks' chat schema names the type but not its fields).
 RESPONSE_FORMAT = (openai.ChatCompletionResponseFormat | fireworks_completions.ResponseFormat | None, None)
+# Every form of reasoning effort (api/core/reasoning.py reads and bounds it).
+REASONING_EFFORT = (Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | bool | int | None, None)
 
 ChatCompletionBody = pydantic.create_model(
     "ChatCompletionBody", __base__=openai.CreateChatCompletionRequest, response_format=RESPONSE_FORMAT,
+    reasoning_effort=REASONING_EFFORT, messages=(Annotated[list[ChatMessage], pydantic.Field(min_length=1)], ...),
     **{name: _fireworks_field(name) for name in FIREWORKS_ONLY_FIELDS})
 
 

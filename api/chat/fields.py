@@ -7,13 +7,19 @@ Decisions beyond the spec (the values that ask for what this server does anyway 
 - `modalities`: `["text"]`; `prompt_cache_retention`: `in_memory` (the prefix cache); `24h`
   is refused;
 - tools (api/chat/tools.py) and response formats (api/core/structured.py) constrain the
-  answer by grammar; reasoning and the service tier: the shared rules of api/core/refusals.py;
+  answer by grammar; the service tier: the shared rule of api/core/refusals.py;
+- reasoning: `reasoning_effort` in every Fireworks form, Fireworks' `thinking` (not both)
+  and `reasoning_history` are read by api/core/reasoning.py, and an assistant message's
+  `reasoning_content` reaches the template as the history mode says; the answer's thinking
+  is `reasoning_content` (api/chat/reasoning.py). A model that does not reason refuses
+  every value that asks for reasoning, naming the field;
 - `store: true` keeps the completion (api/chat/store.py); `metadata` is stored with it.
 """
 
 from __future__ import annotations
 
 from api.core import refusals
+from api.chat.reasoning import AssistantMessage
 from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping, every_field
 from generated import fireworks_completions
 from generated import fireworks_streaming as fireworks
@@ -63,6 +69,10 @@ STREAM = "tests/api/test_chat_stream.py::"
 REFUSALS = "tests/api/test_chat_refusals.py::"
 TOOLS = "tests/api/test_chat_tools.py::"
 FORMATS = "tests/api/test_chat_formats.py::"
+REASONING = "tests/api/test_chat_reasoning.py::"
+EFFORT = Planned("api.core.reasoning.effort_ask", REASONING + "test_every_reasoning_effort_form_sets_the_thinking_budget")
+REASONING_CONTENT = Planned("api.core.prompt.template_message",
+                            REASONING + "test_reasoning_history_decides_which_reasoning_reaches_the_prompt")
 HISTORY = Planned("api.core.tool_prompt.tool_conversation", TOOLS + "test_tool_history_renders_in_the_default_format")
 STORE = "tests/api/test_store_chat.py::"
 RENDERED = Planned("plan.prompt_messages", CHAT + "test_every_role_renders_through_the_chat_template")
@@ -93,7 +103,7 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "store": Planned("store.stored_at_end", STORE + "test_stored_completion_is_retrieved_as_returned"),
     "modalities": refusals.refused_unless(f"{refusals.TEXT_ONLY}: it writes text only", ["text"]),
     "audio": f"{refusals.TEXT_ONLY}: it cannot speak",
-    "reasoning_effort": refusals.REASONING_EFFORT,
+    "reasoning_effort": EFFORT,
     "verbosity": refusals.refused_unless("verbosity controls are not supported", "medium"),
     "response_format": Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate"),
     "prediction": PREDICTION,
@@ -116,8 +126,10 @@ FIREWORKS_REQUEST = ModelFields(fireworks.ChatCompletionRequest, like=CreateChat
     "ignore_eos": Stopping(),
     "context_length_exceeded_behavior": Planned(
         "plan.max_tokens_for", CHAT + "test_context_length_exceeded_caps_or_refuses"),
-    "reasoning_history": refusals.REASONING_HISTORY,
-    "thinking": refusals.THINKING,
+    "reasoning_history": Planned("api.core.reasoning.with_history",
+                                 REASONING + "test_reasoning_history_decides_which_reasoning_reaches_the_prompt"),
+    "thinking": Planned("api.core.reasoning.fireworks_thinking",
+                        REASONING + "test_a_thinking_budget_forces_its_end_phrase_then_the_end_tag"),
     "speculation": PREDICTION,
     "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
     "prompt_truncate_len": "chat prompts are never truncated: a prompt over the context window is refused",
@@ -182,6 +194,9 @@ REGISTRY = Registry([
         **MESSAGE_FIELDS, "refusal": REFUSAL_PART, "tool_calls": HISTORY,
         "function_call": Planned("plan.prompt_messages", TOOLS + "test_a_deprecated_function_call_renders_as_history"),
         "audio": f"{refusals.TEXT_ONLY}: it has no audio replies to refer to"}),
+    # The body's assistant message: OpenAI's, with Fireworks' reasoning_content (api/chat/reasoning.py).
+    ModelFields(AssistantMessage, like=ChatCompletionRequestAssistantMessage,
+                fields={"reasoning_content": REASONING_CONTENT}),
     ModelFields(ChatCompletionContentPartText, {"type": TEXT_PART, "text": TEXT_PART}),
     ModelFields(ChatCompletionContentPartRefusal, {"type": REFUSAL_PART, "refusal": REFUSAL_PART}),
     *NON_TEXT_PARTS,
@@ -192,7 +207,7 @@ REGISTRY = Registry([
     }),
     ModelFields(fireworks.ChatMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED,
                                         "tool_calls": HISTORY,
-                                        "reasoning_content": refusals.REASONING}),
+                                        "reasoning_content": REASONING_CONTENT}),
     ModelFields(fireworks.ChatMessageContent, {
         "type": TEXT_PART, "text": TEXT_PART,
         **{name: f"{refusals.TEXT_ONLY}: it cannot take {kind} input"

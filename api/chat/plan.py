@@ -3,7 +3,9 @@
 The messages (and the tools, api/chat/tools.py) become prompt ids through the chat template
 (api/core/prompt.py), and the sampling fields one SamplingParams per choice, each with its
 own seed. A response format or tools make the grammar every choice is constrained by
-(api/core/structured.py, api/core/tool_grammar.py). With no token
+(api/core/structured.py, api/core/tool_grammar.py); the reasoning controls decide the
+template's thinking switch, the history's reasoning and each choice's thinking section
+(api/core/reasoning.py, reasoning_prompt.py). With no token
 limit, or one past the context window, the reply stops at the window's end (finish_reason
 "length"); Fireworks' `context_length_exceeded_behavior: "error"` refuses such a request
 instead.
@@ -23,6 +25,8 @@ from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
 from api.core.prediction import prediction_token_ids
 from api.core.prompt import chat_prompt_ids
+from api.core.reasoning import fireworks_ask
+from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import (EngineValues, check_range, choice_seed_list, engine_values, logit_bias,
                                logprobs_count, resolve_max_tokens)
 from api.core.state import ServerState
@@ -56,6 +60,7 @@ class ChatPlan:
     timeout: float | None = None
     tools: ChatTools | None = None  # the answer may hold calls, in `tool_format`
     tool_format: ToolFormat | None = None
+    reasoning: ReasoningPlan = ReasoningPlan()  # the answer carries reasoning_content when the model reasons
 
 
 async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
@@ -69,7 +74,10 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     tools = chat_tools(fields)
     if tools is not None and body.stream and any(tool.custom for tool in tools.tools):
         raise invalid("stream", "custom tool calls cannot be streamed: the chunk schema has no shape for them")
-    prompt_ids = await chat_prompt_ids(server, prompt_messages(fields), tools=tools.tools if tools else None)
+    reasoning = plan_reasoning(server.tokenizer, fireworks_ask(fields.get("reasoning_effort"), fields.get("thinking"),
+                                                               fields.get("reasoning_history")))
+    prompt_ids = await chat_prompt_ids(server, prompt_messages(fields), tools=tools.tools if tools else None,
+                                       reasoning=reasoning)
     tool_format = answer_format(server.tokenizer.chat_template) if tools else None
     if tools is not None:
         await check_tool_grammars(server, list(tools.given), *TOOL_GRAMMAR_PATHS[tools.deprecated_functions])
@@ -81,13 +89,14 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
     prediction = prediction_token_ids(fields, server.tokenizer, server.max_model_len)
-    choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids,
-                             sampling=replace(sampling, seed=seed), stop=stop, grammar=grammar, prediction=prediction)
+    thinking = reasoning.engine_reasoning(prompt_ids, server.tokenizer)
+    choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids, sampling=replace(sampling, seed=seed),
+                             stop=stop, grammar=grammar, prediction=prediction, reasoning=thinking)
                for i, seed in enumerate(choice_seed_list(body.seed, n))]
     return ChatPlan(body=body, raw=fields, choices=choices, stream=bool(body.stream),
                     include_usage=bool(stream_options.get("include_usage")),
                     include_obfuscation=stream_options.get("include_obfuscation") is not False,
-                    logprobs=bool(body.logprobs), tools=tools, tool_format=tool_format)
+                    logprobs=bool(body.logprobs), tools=tools, tool_format=tool_format, reasoning=reasoning)
 
 
 def answer_grammar(fields: dict[str, Any], tools: ChatTools | None,

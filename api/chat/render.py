@@ -1,10 +1,11 @@
 """Generated choices to OpenAI chat completion objects: the whole answer, or stream chunks.
 
 A stream gives each choice a first chunk with the assistant role, then content deltas
-(and tool-call deltas, api/chat/tool_calls.py), then a chunk with its finish_reason; with `stream_options.include_usage` every chunk
-carries `usage: null` and one last chunk with no choices carries the totals. With
-`store: true` the answer is stored before it is returned, or once the stream's last chunk
-is sent (api/chat/store.py).
+(and tool-call deltas, api/chat/tool_calls.py; a model's thinking comes first, as
+`reasoning_content` deltas, api/chat/reasoning.py), then a chunk with its finish_reason;
+with `stream_options.include_usage` every chunk carries `usage: null` and one last chunk
+with no choices carries the totals. With `store: true` the answer is stored before it is
+returned, or once the stream's last chunk is sent (api/chat/store.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from litestar import Response
 
 from api.chat.plan import ChatPlan
+from api.chat.reasoning import reasoning_delta, with_reasoning
 from api.chat.store import save_completion, stored_at_end
 from api.chat.tool_calls import ToolDeltas, answer_message
 from api.core.errors import generation_cut_off
@@ -57,7 +59,7 @@ def usage_of(usage: Usage) -> CompletionUsage:
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.num_cached_tokens),
         # Drafts are predicted outputs or n-gram guesses (api/core/prediction.py): kept or not.
         completion_tokens_details=CompletionTokensDetails(
-            accepted_prediction_tokens=usage.num_accepted_draft_tokens,
+            reasoning_tokens=usage.num_reasoning_tokens, accepted_prediction_tokens=usage.num_accepted_draft_tokens,
             rejected_prediction_tokens=usage.num_rejected_draft_tokens),
     )
 
@@ -79,6 +81,8 @@ def chat_completion(identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer
 
 def answer_choice(plan: ChatPlan, tokenizer: Tokenizer, result: ChoiceResult) -> ChatCompletionChoice:
     message, reason = answer_message(plan, result.text, finish_reason(result.finish_reason))
+    if plan.reasoning.reasons:
+        message = with_reasoning(message, result.reasoning_text)
     return ChatCompletionChoice(index=result.index, message=message, finish_reason=reason,
                                 logprobs=choice_logprobs(tokenizer, result.logprobs) if plan.logprobs else None)
 
@@ -89,7 +93,7 @@ async def whole(plan: ChatPlan, generation: Generation, results: list[ChoiceResu
                                  generation.usage)
     if plan.body.store:
         await save_completion(generation.server, plan.raw, completion)
-    return Response(completion.model_dump(mode="json", exclude_unset=True))
+    return Response(completion.model_dump(mode="json", exclude_unset=True, serialize_as_any=True))
 
 
 def stream(plan: ChatPlan, generation: Generation) -> AsyncIterator[ChatCompletionChunk]:
@@ -147,10 +151,11 @@ class ChunkWriter:
         logprobs = self.plan.logprobs and bool(event.logprobs)
         logprob_list = choice_logprobs(self.tokenizer, event.logprobs) if logprobs else None
         tools = self.tool_deltas.get(event.index)
+        deltas = [reasoning_delta(event.reasoning_text)] if event.reasoning_text else []
         if tools is not None:
-            deltas = tools.feed(event.text, final=event.finish_reason is not None)
-        else:
-            deltas = [ChatCompletionChunkDelta(content=event.text)] if event.text else []
+            deltas += tools.feed(event.text, final=event.finish_reason is not None)
+        elif event.text:
+            deltas.append(ChatCompletionChunkDelta(content=event.text))
         if logprob_list is not None and not deltas:
             deltas = [ChatCompletionChunkDelta(content="")]
         chunks = [self.chunk([self.choice(event.index, delta, logprobs=logprob_list if i == 0 else None)])

@@ -43,7 +43,7 @@ def store_message(message_id: str, message: dict[str, Any]) -> dict[str, Any]:
 
 async def save_completion(server: ServerState, request: dict[str, Any], completion: ChatCompletion) -> None:
     """Stores `completion` of `request` (its JSON body), committed on return."""
-    completion_json = completion.model_dump(mode="json", exclude_unset=True)
+    completion_json = completion.model_dump(mode="json", exclude_unset=True, serialize_as_any=True)
     await server.store.save_chat_completion(
         completion.id, completion.model, completion.created, request,
         stored_messages(completion.id, request["messages"]), completion_json, request.get("metadata"))

@@ -28,6 +28,9 @@ PREDICTION = Planned("api.core.prediction.prediction_token_ids",
                      "tests/api/test_prediction.py::test_speculation_token_ids_leave_the_completion_unchanged")
 FORMAT = Planned("plan.answer_grammar", FORMATS + "test_json_schema_answers_validate")
 SERVERLESS = "tests/api/test_serverless_completions.py::"
+BEAMS = "tests/api/test_completions_beams.py::"
+REASONING = "tests/api/test_completions_reasoning.py::"
+REASONING_CONTROL = Planned("reasoning.completion_reasoning", REASONING + "test_reasoning_controls_split_the_thinking_off")
 EMBEDDINGS = Planned("embeddings.replaced_embeddings",
                      "tests/api/test_completions_embeddings.py::test_a_replaced_embedding_answers_like_its_token")
 
@@ -66,9 +69,9 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     "response_format": FORMAT,
     "speculation": PREDICTION,
     "prediction": PREDICTION,
-    "reasoning_effort": refusals.REASONING_EFFORT,
-    "reasoning_history": refusals.REASONING_HISTORY,
-    "thinking": refusals.THINKING,
+    "reasoning_effort": REASONING_CONTROL,
+    "reasoning_history": Planned("reasoning.completion_reasoning", REASONING + "test_history_controls_are_for_chat"),
+    "thinking": REASONING_CONTROL,
     "images": f"{refusals.TEXT_ONLY}: it cannot take images",
     "service_tier": refusals.SERVICE_TIER,
 })
@@ -115,6 +118,13 @@ REGISTRY = Registry([
     ModelFields(friendli.ResponseFormatText, {"type": FORMAT}),
     ModelFields(friendli.ResponseFormatRegex, {
         "type": FORMAT, "schema_": Planned("plan.answer_grammar", FORMATS + "test_friendli_regex_is_followed")}),
+    ModelFields(fireworks.ThinkingConfigEnabled, {
+        "type": REASONING_CONTROL,
+        "budget_tokens": Planned("api.core.reasoning.enabled_ask", REASONING + "test_a_thinking_budget_ends_with_its_phrase"),
+        "budget_end_str": Planned("api.core.reasoning.bridge_phrase",
+                                  REASONING + "test_a_thinking_budget_ends_with_its_phrase"),
+        "keep": Planned("reasoning.completion_reasoning", REASONING + "test_history_controls_are_for_chat")}),
+    ModelFields(fireworks.ThinkingConfigDisabled, {"type": REASONING_CONTROL}),
     ModelFields(fireworks.PredictedOutput, {"type": PREDICTION, "content": PREDICTION}),
     ModelFields(fireworks.ChatMessageContent, {
         "type": PREDICTION, "text": PREDICTION,
@@ -123,11 +133,10 @@ REGISTRY = Registry([
         "timeout": Planned("plan.plan_completion", BASIC + "test_a_timeout_while_queued_is_429"),
         "include_output_logprobs": Planned(
             "plan.logprobs_of", LOGPROBS + "test_include_output_logprobs_gives_token_logprobs"),
-        "num_beams": refusals.BEAM_SEARCH,
-        # Without num_beams these are no-ops at their defaults; other values ask for beam search.
-        "length_penalty": Refused(refusals.BEAM_SEARCH, _not_default(1.0)),
-        "early_stopping": Refused(refusals.BEAM_SEARCH, _not_default(False)),
-        "beam_search_type": Refused(refusals.BEAM_SEARCH, _not_default("DETERMINISTIC")),
+        "num_beams": Planned("beams.beam_params", BEAMS + "test_beams_are_the_choices_best_first"),
+        "length_penalty": Planned("beams.beam_params", BEAMS + "test_length_penalty_and_early_stopping_reach_the_search"),
+        "early_stopping": Planned("beams.beam_params", BEAMS + "test_length_penalty_and_early_stopping_reach_the_search"),
+        "beam_search_type": Planned("beams.beam_params", BEAMS + "test_sampled_beam_searches_follow_their_seed"),
         "include_output_logits": Planned("plan.sampling_of", SERVERLESS + "test_include_output_logits_gives_raw_logits"),
     }),
     ModelFields(OpenAILegacyFields, {

@@ -19,6 +19,10 @@ Decisions (see ../shared/API-DIALECTS.md for the dialect table):
   prompt positions (api/completions/embeddings.py), for every choice of the one prompt.
 - `include_output_logits` returns each generated token's raw model logit (before any
   sampling processing), beside `tokens`.
+- Reasoning controls (`reasoning_effort`, `thinking`) split the thinking off the text of a
+  model that reasons (api/completions/reasoning.py); without them the text is raw.
+- `num_beams` above 1 runs a beam search per prompt whose hypotheses, best first, are the
+  prompt's choices (api/completions/beams.py has the seed's rules).
 - Tokens after a stop string are not generated; the token that completed it stays in
   `tokens` / `token_ids` / logprobs (as vLLM reports it), its text is cut.
 """
@@ -30,20 +34,23 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from api.completions.beams import beam_params
 from api.completions.body import MODELS
 from api.completions.embeddings import replaced_embeddings
 from api.completions.fields import REGISTRY
+from api.completions.reasoning import completion_reasoning
 from api.core import limits
 from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
 from api.core.prediction import prediction_token_ids
 from api.core.prompt import check_prompt_fits, text_prompt_ids
+from api.core.reasoning_prompt import ReasoningPlan
 from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
                                logit_bias, logprobs_count, resolve_max_tokens)
 from api.core.state import ServerState
 from api.core.structured import check_grammar, format_grammar
 from engine.grammar import Grammar
-from engine.request import SamplingParams, StopCriteria
+from engine.request import BeamSearchParams, SamplingParams, StopCriteria
 
 log = logging.getLogger("flint")
 
@@ -69,6 +76,7 @@ class CompletionPlan:
     perf_metrics: bool
     timeout: float | None
     logits: bool = False  # Friendli's include_output_logits: each token's raw model logit
+    reasoning: ReasoningPlan | None = None  # a reasoning control given (api/completions/reasoning.py)
 
 
 async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
@@ -78,21 +86,24 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
     if body.stream_options is not None and not stream:
         raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
     n = choice_count(body.n)
+    beam = beam_params(body)
     prompts, texts = await prompt_token_ids(body, server)
-    limits.check_choices(len(prompts), n)
+    limits.check_choices(len(prompts), beam.num_beams if beam else n)
     echo_last = echo_count(body)
     logprobs = logprobs_of(body)
     grammar = await answer_grammar(body, server)
     embeddings = replaced_embeddings(body, server, prompts)
-    choices = [replace(choice, grammar=grammar, embeddings=embeddings)
-               for choice in choice_requests(body, server, prompts, n, echo_last, logprobs)]
+    reasoning = completion_reasoning(body, server)
+    choices = [replace(choice, grammar=grammar, embeddings=embeddings,
+                       reasoning=reasoning and reasoning.engine_reasoning(choice.prompt_token_ids, server.tokenizer))
+               for choice in choice_requests(body, server, prompts, n, echo_last, logprobs, beam)]
     return CompletionPlan(
         body=body, prompts=prompts, prompt_texts=texts, n=n, choices=choices, stream=stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         echo_last=echo_last, logprobs=logprobs, content_logprobs=body.logprobs is True,
         return_token_ids=bool(body.return_token_ids), raw_output=bool(body.raw_output),
         perf_metrics=bool(body.perf_metrics_in_response), timeout=body.timeout,
-        logits=bool(body.include_output_logits),
+        logits=bool(body.include_output_logits), reasoning=reasoning,
     )
 
 
@@ -202,8 +213,10 @@ def max_tokens_for(body: Any, prompt: list[int], max_model_len: int) -> int:
 
 
 def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n: int,
-                    echo_last: float | None, logprobs: int | None) -> list[ChoiceRequest]:
-    """prompt index p, choice i -> choice index p * n + i, with the seed of choice i."""
+                    echo_last: float | None, logprobs: int | None,
+                    beam: BeamSearchParams | None = None) -> list[ChoiceRequest]:
+    """prompt index p, choice i -> choice index p * n + i, with the seed of choice i. A beam
+    search is one request per prompt, whose beams become choices p * num_beams + i."""
     tokenizer, vocab_size = server.tokenizer, server.tokenizer.vocab_size
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
     sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs)
@@ -219,6 +232,11 @@ def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n:
         # Prompt logprobs serve the echo, and make a max_tokens 0 request a prefill.
         wants_prompt = (echo_last is not None and logprobs is not None) or max_tokens == 0
         prompt_logprobs = (logprobs or 0) if wants_prompt else None
+        if beam is not None:
+            choices.append(ChoiceRequest(index=p * beam.num_beams, prompt_index=p, prompt_token_ids=prompt,
+                                         sampling=replace(sampling, seed=seeds[0]),
+                                         stop=replace(stop, max_tokens=max_tokens), beam=beam))
+            continue
         choices += [ChoiceRequest(index=p * n + i, prompt_index=p, prompt_token_ids=prompt,
                                   sampling=replace(sampling, seed=seeds[i], prompt_logprobs=prompt_logprobs),
                                   stop=replace(stop, max_tokens=max_tokens), prediction=prediction)

@@ -27,6 +27,7 @@ from litestar import Response
 
 from api.completions.logprobs import LogprobsWriter, generated_entries, merge_logprobs, prompt_entries
 from api.completions.plan import CompletionPlan
+from api.completions.reasoning import add_to_choice, add_to_usage, splits
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from engine.tokenizer import Tokenizer
 from generated import fireworks_completions as fireworks
@@ -130,6 +131,10 @@ async def whole(plan: CompletionPlan, generation: Generation, results: list[Choi
         choice.update(seed=result.seed, tokens=result.token_ids)  # Friendli's choice fields
         if plan.logits:
             choice["logits"] = result.logits  # one per token of `tokens`
+        if splits(plan.reasoning):
+            add_to_choice(choice, result.reasoning_text, whole=True)
+    if splits(plan.reasoning):
+        add_to_usage(body["usage"], generation.usage.num_reasoning_tokens)
     return Response(body, headers=perf_headers(generation))
 
 
@@ -179,12 +184,12 @@ async def completion_chunks(plan: CompletionPlan, generation: Generation) -> Asy
     async with aclosing(generation.events()) as events:
         async for event in events:
             chunk = event_chunk(context, event, writers, results, num_finished)
-            yield with_logits(chunk, event) if plan.logits else chunk
+            yield with_extensions(plan, chunk, event)
             num_finished += event.finish_reason is not None
     if plan.include_usage:
         chunk = new_chunk(context, [])
         chunk.usage = usage_info(generation)
-        yield chunk
+        yield with_reasoning_usage(plan, chunk, generation)
 
 
 def event_chunk(context: CompletionContext, event: ChoiceEvent, writers: dict[int, LogprobsWriter],
@@ -205,11 +210,29 @@ def event_chunk(context: CompletionContext, event: ChoiceEvent, writers: dict[in
     return chunk
 
 
-def with_logits(chunk: fireworks.CompletionStreamResponse, event: ChoiceEvent) -> dict[str, Any]:
-    """The chunk with its choice's `logits` (the chunk's tokens' raw model logits), a field
-    the Fireworks chunk model does not define, so written as a plain object."""
+def with_extensions(plan: CompletionPlan, chunk: fireworks.CompletionStreamResponse,
+                    event: ChoiceEvent) -> fireworks.CompletionStreamResponse | dict[str, Any]:
+    """The chunk with what the Fireworks chunk model does not define, when asked, written as
+    a plain object: its choice's `logits` (the chunk's tokens' raw model logits) and the
+    piece of `reasoning_content` it adds (api/completions/reasoning.py)."""
+    if not (plan.logits or splits(plan.reasoning)):
+        return chunk
     body = chunk.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    body["choices"][0]["logits"] = event.logits or []
+    choice = body["choices"][0]
+    if plan.logits:
+        choice["logits"] = event.logits or []
+    if splits(plan.reasoning):
+        add_to_choice(choice, event.reasoning_text, whole=False)
+    return body
+
+
+def with_reasoning_usage(plan: CompletionPlan, chunk: fireworks.CompletionStreamResponse,
+                         generation: Generation) -> fireworks.CompletionStreamResponse | dict[str, Any]:
+    """The usage chunk, with its reasoning tokens when the answer splits its thinking off."""
+    if not splits(plan.reasoning):
+        return chunk
+    body = chunk.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    add_to_usage(body["usage"], generation.usage.num_reasoning_tokens)
     return body
 
 

@@ -26,7 +26,8 @@ async def create_completion(request: Request, state: State) -> Response:
 
 
 # Friendli's serverless base URL is .../serverless/v1: its clients get its own answer shapes.
-SERVERLESS = dataclasses.replace(COMPLETIONS, whole=serverless.whole, stream=serverless.events, done_marker=False)
+SERVERLESS = dataclasses.replace(COMPLETIONS, plan=serverless.plan_serverless, whole=serverless.whole,
+                                 stream=serverless.events, done_marker=False)
 SERVERLESS_PREFIX = "/serverless/v1"
 
 

@@ -10,6 +10,10 @@ When asked, each token also carries its `logprob` (`include_output_logprobs`, or
 sampling processing); a choice then carries the `logprobs` and `logits` lists. Seed 004
 names no place for them: these optional fields are Flint's (spec/openapi/friendli-serverless-completions.yaml).
 
+The events have no place for a thinking section apart from the text, so a request asking for
+thinking (a reasoning control that asks for it, on a model that reasons) is a 400 naming
+the field; without a control the text is raw, as on /v1/completions.
+
 The engine sends a choice's tokens a step (or a decode window) at a time, with the text
 that became safe to show. `TokenTexts` cuts that text into per-token pieces, so that a
 `token_sampled` event's text is its own token's wherever the output stage let it through.
@@ -23,11 +27,24 @@ from typing import Any
 
 from litestar import Response
 
-from api.completions.plan import CompletionPlan
+from api.completions.plan import CompletionPlan, plan_completion
+from api.completions.reasoning import splits
 from api.completions.render import CompletionContext
+from api.core.errors import invalid
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
+from api.core.state import ServerState
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from generated import friendli_serverless_completions as serverless
+
+
+async def plan_serverless(body: Any, server: ServerState) -> CompletionPlan:
+    """The /v1/completions plan, refusing thinking split off the text (see the module docstring)."""
+    planned = await plan_completion(body, server)
+    if splits(planned.reasoning) and planned.reasoning.ask.think:
+        field = planned.reasoning.ask.field
+        raise invalid(field, f"`{field}` asks for thinking apart from the text, which Friendli's serverless "
+                             "answers have no place for: use /v1/completions")
+    return planned
 
 
 async def whole(plan: CompletionPlan, generation: Generation, results: list[ChoiceResult]) -> Response:

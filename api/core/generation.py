@@ -13,6 +13,7 @@ is released as each choice ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -25,8 +26,9 @@ from api.core.errors import ApiError, engine_failed
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
-from engine.request import (EmbeddingReplacement, Grammar, PromptTokenLogprob, Request, RequestOutput, SamplingParams,
-                            SpeculationCounts, StopCriteria, TokenLogprob)
+from engine.reasoning import Reasoning
+from engine.request import (BeamSearchParams, EmbeddingReplacement, Grammar, PromptTokenLogprob, Request,
+                            RequestOutput, SamplingParams, SpeculationCounts, StopCriteria, TokenLogprob)
 
 log = logging.getLogger("flint")
 
@@ -46,6 +48,8 @@ class ChoiceRequest:
     grammar: Grammar | None = None  # what the output must follow (api/core/structured.py)
     prediction: tuple[int, ...] = ()  # the predicted output's tokens (api/core/prediction.py)
     embeddings: tuple[EmbeddingReplacement, ...] = ()  # input embeddings replacing prompt tokens
+    reasoning: Reasoning | None = None  # the model's thinking section (api/core/reasoning_prompt.py)
+    beam: BeamSearchParams | None = None  # a beam search, whose beams are choices index, index + 1, ...
 
 
 @dataclass
@@ -66,6 +70,8 @@ class ChoiceEvent:
     stop_string: str | None = None  # the stop string that ended the choice (Anthropic reports it)
     speculation: SpeculationCounts | None = None  # draft tokens verified so far
     logits: list[float] | None = None  # each token's raw model logit, when asked
+    reasoning_text: str = ""  # the thinking's new text, apart from `text`
+    num_reasoning_tokens: int = 0  # output tokens of the thinking section so far
 
 
 class Generation:
@@ -131,7 +137,8 @@ class Generation:
 
     def engine_request(self, choice: ChoiceRequest) -> Request:
         return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
-                       choice.grammar, prediction=choice.prediction, embeddings=choice.embeddings)
+                       choice.grammar, prediction=choice.prediction, embeddings=choice.embeddings,
+                       reasoning=choice.reasoning, beam=choice.beam)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""
@@ -140,7 +147,8 @@ class Generation:
             async with aclosing(self.server.running_engine.generate(self.engine_request(choice))) as outputs:
                 async for output in outputs:
                     timing.observe(output)
-                    queue.put_nowait(choice_event(choice, output))
+                    for event in choice_events(choice, output):
+                        queue.put_nowait(event)
         except EngineDeadError as error:
             log.error("generation failed: %s", error)
             queue.put_nowait(broken_off(choice, timing.last) if timing.last is not None else engine_failed())
@@ -172,6 +180,16 @@ class Generation:
         )
 
 
+def choice_events(choice: ChoiceRequest, output: RequestOutput) -> list[ChoiceEvent]:
+    """The events of one engine output: one, or for a finished beam search one per beam,
+    best first, as choices choice.index + i."""
+    if output.beams is None:
+        return [choice_event(choice, output)]
+    return [choice_event(dataclasses.replace(choice, index=choice.index + rank), dataclasses.replace(
+        output, new_token_ids=beam.token_ids, text=beam.text, finish_reason=beam.finish_reason,
+        num_output_tokens=len(beam.token_ids), beams=None)) for rank, beam in enumerate(output.beams)]
+
+
 def choice_event(choice: ChoiceRequest, output: RequestOutput) -> ChoiceEvent:
     finish = "error" if output.finish_reason == "abort" else output.finish_reason  # aborted by the server
     return ChoiceEvent(
@@ -180,7 +198,8 @@ def choice_event(choice: ChoiceRequest, output: RequestOutput) -> ChoiceEvent:
         num_prompt_tokens=output.num_prompt_tokens, num_cached_tokens=output.num_cached_tokens,
         num_output_tokens=output.num_output_tokens, seed=output.seed, prompt_logprobs=output.prompt_logprobs,
         stop_string=output.stop_reason if isinstance(output.stop_reason, str) else None,
-        speculation=output.speculation, logits=output.logits,
+        speculation=output.speculation, logits=output.logits, reasoning_text=output.reasoning_text,
+        num_reasoning_tokens=output.num_reasoning_tokens,
     )
 
 
@@ -200,6 +219,7 @@ class ChoiceResult:
     index: int
     prompt_index: int
     text: str = ""
+    reasoning_text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_logprobs: list[PromptTokenLogprob] | None = None
@@ -207,9 +227,11 @@ class ChoiceResult:
     seed: int = 0
     stop_string: str | None = None
     logits: list[float] = field(default_factory=list)
+    num_reasoning_tokens: int = 0  # the first of token_ids: the thinking section's
 
     def add(self, event: ChoiceEvent) -> None:
         self.text += event.text
+        self.reasoning_text += event.reasoning_text
         self.token_ids += event.token_ids
         self.logprobs += event.logprobs or []
         self.logits += event.logits or []
@@ -217,16 +239,18 @@ class ChoiceResult:
         self.finish_reason = event.finish_reason or self.finish_reason
         self.seed = event.seed
         self.stop_string = event.stop_string or self.stop_string
+        self.num_reasoning_tokens = max(self.num_reasoning_tokens, event.num_reasoning_tokens)
 
 
 class Results:
-    """Choice results filled from events as they pass (a stream that is also stored whole)."""
+    """Choice results filled from events as they pass (a stream that is also stored whole).
+    A beam search's choices beyond its first appear with their events."""
 
     def __init__(self, choices: list[ChoiceRequest]) -> None:
         self.by_index = {choice.index: ChoiceResult(choice.index, choice.prompt_index) for choice in choices}
 
     def add(self, event: ChoiceEvent) -> None:
-        self.by_index[event.index].add(event)
+        self.by_index.setdefault(event.index, ChoiceResult(event.index, event.prompt_index)).add(event)
 
     def ordered(self) -> list[ChoiceResult]:
         return [self.by_index[index] for index in sorted(self.by_index)]

@@ -11,7 +11,9 @@ Messages are plain dicts in the OpenAI chat shape. How each reaches the template
   (the deprecated predecessor of tool results) becomes tool, unless the template names
   the role itself: most templates know only the older roles;
 - `name`, `tool_call_id` and `tool_calls` stay on the message for templates that use
-  them (api/core/tool_prompt.py writes calls and results into the text for those that don't);
+  them (api/core/tool_prompt.py writes calls and results into the text for those that don't),
+  and so does an assistant's `reasoning_content`, as the request's reasoning history mode
+  leaves it (api/core/reasoning_prompt.py);
 - content is text: a list of text parts becomes their texts joined by newlines (as vLLM
   does), a refusal becomes the assistant's text.
 Special-token strings inside message content are encoded as plain text, so a message can
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jinja2
 
 from api.core.errors import ApiError, invalid
+from api.core.reasoning_prompt import ReasoningPlan
 from api.core.state import ServerState
 from api.core.tool_prompt import tool_conversation
 from api.core.tools import Tool
@@ -68,31 +71,40 @@ async def text_prompt_ids(server: ServerState, texts: Sequence[str], param: str)
 
 
 async def chat_prompt_ids(server: ServerState, messages: Sequence[Mapping[str, Any]], *, param: str = "messages",
-                          prefill: str = "", tools: list[Tool] | None = None) -> list[int]:
+                          prefill: str = "", tools: list[Tool] | None = None,
+                          reasoning: ReasoningPlan | None = None) -> list[int]:
     """The token ids of the prompt the chat template makes of `messages` and `tools`
-    (api/core/tool_prompt.py), opening an assistant turn that starts with `prefill`; a 400
-    naming `param` when the template refuses the messages or the prompt cannot fit. All of
-    it runs in a worker thread."""
-    ids = await asyncio.to_thread(conversation_ids, server, messages, prefill, param, tools)
+    (api/core/tool_prompt.py), with the request's `reasoning` (its template switch and
+    history), opening an assistant turn that starts with `prefill`; a 400 naming `param`
+    when the template refuses the messages or the prompt cannot fit. All of it runs in a
+    worker thread."""
+    ids = await asyncio.to_thread(conversation_ids, server, messages, prefill, param, tools, reasoning)
     check_prompt_fits(len(ids), server.max_model_len, param, "the conversation's prompt")
     return ids
 
 
 def conversation_ids(server: ServerState, messages: Sequence[Mapping[str, Any]], prefill: str,
-                     param: str, tools: list[Tool] | None = None) -> list[int]:
+                     param: str, tools: list[Tool] | None = None, reasoning: ReasoningPlan | None = None) -> list[int]:
     """(In a worker thread.) The messages made text, their size checked, then rendered and encoded."""
     template = server.tokenizer.chat_template or ""
-    converted, variables = tool_conversation(template_messages(messages, template), tools, template)
+    reasoning = reasoning or ReasoningPlan()
+    history = reasoning.history_messages(template_messages(messages, template))
+    converted, variables = tool_conversation(history, tools, template)
+    variables.update(reasoning.template_variables(template))
     check_text_size(server, len(prefill.encode()) + sum(len(m["content"].encode()) for m in converted)
+                    + sum(len((m.get("reasoning_content") or "").encode()) for m in converted)
                     + len(json.dumps(variables)), param)
-    return encode_chat(server, converted, prefill, param, **variables)
+    return encode_chat(server, converted, prefill, param, lambda text: reasoning.check_rendered(converted, text),
+                       **variables)
 
 
 def encode_chat(server: ServerState, messages: list[dict[str, Any]], prefill: str, param: str,
-                **variables: Any) -> list[int]:
+                check: Callable[[str], None] | None = None, **variables: Any) -> list[int]:
     """Render and encode: the template's markers are special tokens, the messages' own text
-    is plain text unless the server allows otherwise."""
+    is plain text unless the server allows otherwise. `check(text)` sees the rendered text."""
     prompt = render(server.tokenizer, messages, param, **variables)
+    if check is not None:
+        check(prompt.text)
     if prefill:
         prompt = prompt.continued(prefill)
     return server.tokenizer.encode_chat(prompt, special_tokens_in_content=server.settings.allow_special_tokens_in_content)
@@ -115,7 +127,7 @@ def template_messages(messages: Sequence[Mapping[str, Any]], template: str) -> l
 def template_message(message: Mapping[str, Any], index: int, template: str) -> dict[str, Any]:
     role = template_role(message["role"], template)
     converted = {"role": role, "content": message_text(message, index)}
-    for key in ("name", "tool_call_id", "tool_calls"):
+    for key in ("name", "tool_call_id", "tool_calls", "reasoning_content"):
         if message.get(key) is not None:
             converted[key] = message[key]
     return converted

@@ -1,9 +1,9 @@
 """The refusals every dialect shares: one rule and one wording per unserved feature.
 
-A value that asks for nothing this server would do differently (`reasoning_effort: "none"`
-(or Fireworks' `false`), `thinking: {"type": "disabled"}`, the default service tier) is
-accepted by every dialect that has the field; any other value is refused, with the same
-reason wherever the feature is asked for.
+A value that asks for nothing this server would do differently (the default service tier,
+say) is accepted by every dialect that has the field; any other value is refused, with the
+same reason wherever the feature is asked for. Reasoning is served by every dialect
+(api/core/reasoning.py), which refuses it with NOT_REASONING for a model that does not reason.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 from api.core.registry import Refused
 
-REASONING = "reasoning controls are not supported yet: the served model does not reason"
-BEAM_SEARCH = "beam search is not supported yet"
+NOT_REASONING = "the served model does not reason"
 TEXT_ONLY = "the served model is text-only"
 CACHE_PARTITIONS = "the prefix cache is shared by all requests and cannot be partitioned by key"
 SERVICE_TIERS = ("auto", "default")  # the one tier this server has, and the word for "any"
@@ -50,7 +49,4 @@ def refused_if_any(reason: str) -> Refused:
 
 
 # The shared fields, decided once.
-REASONING_EFFORT = refused_unless(REASONING, "none", False)  # Fireworks reads false as "none"
-THINKING = refused_unless(REASONING, "disabled")
-REASONING_HISTORY = refused_unless(REASONING, "disabled")
 SERVICE_TIER = refused_unless("only the default service tier is served", *SERVICE_TIERS)

@@ -31,7 +31,9 @@ DONE_EVENT = b"data: [DONE]\n\n"
 def encode_event(event: pydantic.BaseModel | Mapping[str, Any], *, named: bool = False) -> bytes:
     """One SSE event carrying `event` as compact JSON; `named`: after an `event: <type>` line."""
     if isinstance(event, pydantic.BaseModel):
-        payload = event.model_dump_json(by_alias=True, exclude_unset=True)
+        # serialize_as_any: a dialect's subclass of a spec model writes its own fields too
+        # (chat's reasoning_content, api/chat/reasoning.py).
+        payload = event.model_dump_json(by_alias=True, exclude_unset=True, serialize_as_any=True)
         event_type = getattr(event, "type", None)
     else:
         payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)

@@ -84,7 +84,8 @@ def default_message(message: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in message.items() if key != "tool_calls"}
     text = DEFAULT.calls_text([call_parts(call) for call in calls])
     content = f"{message['content']}\n{text}" if message.get("content") else text
-    return {"role": message["role"], "content": content}
+    reasoning = {"reasoning_content": message["reasoning_content"]} if message.get("reasoning_content") else {}
+    return {"role": message["role"], "content": content, **reasoning}
 
 
 def native_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ class CountedEvent(Protocol):
     num_prompt_tokens: int
     num_cached_tokens: int
     num_output_tokens: int
+    num_reasoning_tokens: int
     speculation: SpeculationCounts | None
 
 
@@ -28,12 +29,14 @@ class Usage:
     prompt_tokens: dict[int, int] = field(default_factory=dict)  # by prompt index
     cached_tokens: dict[int, int] = field(default_factory=dict)
     completion_tokens: dict[int, int] = field(default_factory=dict)  # by choice index
+    reasoning_tokens: dict[int, int] = field(default_factory=dict)  # by choice index: those of its thinking
     speculation: dict[int, SpeculationCounts] = field(default_factory=dict)  # by choice index, once drafted
 
     def observe(self, event: CountedEvent) -> None:
         self.prompt_tokens.setdefault(event.prompt_index, event.num_prompt_tokens)
         self.cached_tokens.setdefault(event.prompt_index, event.num_cached_tokens)
         self.completion_tokens[event.index] = event.num_output_tokens
+        self.reasoning_tokens[event.index] = event.num_reasoning_tokens
         if event.speculation is not None:
             self.speculation[event.index] = event.speculation
 
@@ -71,6 +74,11 @@ class Usage:
     @property
     def num_completion_tokens(self) -> int:
         return sum(self.completion_tokens.values())
+
+    @property
+    def num_reasoning_tokens(self) -> int:
+        """Completion tokens spent thinking (the thinking section's, its tags included)."""
+        return sum(self.reasoning_tokens.values())
 
 
 @dataclass

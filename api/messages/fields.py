@@ -13,20 +13,27 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
   always stream as they are generated); `defer_loading: true` (tool search) and callers
   other than `direct` (code execution) are refused, as are toolsets (`toolset_name`);
   earlier `tool_use` and `tool_result` blocks render as history (api/messages/plan.py);
-- thinking: the shared rule of api/core/refusals.py (`thinking: {"type": "disabled"}`
-  passes; adaptive thinking is refused like any other);
+- thinking (api/core/reasoning.py): `disabled`, `enabled` with its budget (below
+  max_tokens), and `adaptive` (no budget: the model decides) for a model that reasons;
+  a model that does not reason refuses all but `disabled`; `display: "summarized"` passes
+  (the reply shows the thinking, in full: nothing is summarised), `omitted` is refused (a
+  thinking block's signature signs its text, which the block must carry); thinking only
+  between tool calls (`between_tools`) is refused: a reply thinks once, before it answers;
+- thinking blocks given back in assistant turns are checked against their signatures
+  and become that turn's reasoning (api/messages/thinking.py); redacted_thinking blocks
+  are refused: this server never makes them;
 - `cache_control` breakpoints, on a block, a tool or for the whole request, are honoured by
   the prefix cache, which keeps every prompt prefix while its pages are free (reported as
   cache_read_input_tokens); a `1h` ttl is refused, since nothing keeps a prefix for an hour;
 - `output_config`: `format` (a JSON schema) constrains the reply's text; `effort` is refused
-  but for `high`, the level a reply gets when none is asked for;
+  but for `high`, the level a reply gets when none is asked for (a thinking budget is set
+  with `thinking`);
 - `container` (code execution) and `diagnostics` (prompt-cache miss reports) are refused;
 - Fireworks' `raw_output: false` passes, other values are refused;
 - a `system` turn inside `messages` renders as a system message where it stands;
-- image, document, search_result, tool_reference, browser_state, thinking,
-  redacted_thinking and Anthropic's hosted-tool blocks are refused, in messages and in tool
-  results: the served models read text only, and tool search, browser toolsets,
-  citations and thinking are not supported.
+- image, document, search_result, tool_reference, browser_state, redacted_thinking and
+  Anthropic's hosted-tool blocks are refused, in messages and in tool results: the served
+  models read text only, and tool search, browser toolsets and citations are not supported.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ from generated.flint import (
     ServerToolUseBlockParam,
     TextBlockParam,
     ThinkingBlockParam,
+    ThinkingConfigAdaptive,
+    ThinkingConfigBetweenTools,
+    ThinkingConfigDisabled,
+    ThinkingConfigEnabled,
     ToolChoiceAny,
     ToolChoiceAuto,
     ToolChoiceNone,
@@ -81,6 +92,12 @@ CHOICE = "tools.read_choice"
 ONE_CALL = Planned(CHOICE, TOOLS + "test_disable_parallel_tool_use_allows_one_call")
 TOOLSETS = Refused("toolsets (MCP connectors) are not available on this server")
 CALLER = refusals.refused_unless(f"only the model calls tools here: {HOSTED_TOOLS}", "direct")
+THINKING_TESTS = "tests/api/test_messages_thinking.py::"
+THINKING = Planned("api.core.reasoning.anthropic_ask", THINKING_TESTS + "test_a_thinking_budget_ends_the_thinking_block")
+THINKING_HISTORY = Planned("thinking.checked_thinking",
+                           THINKING_TESTS + "test_thinking_blocks_come_back_as_history_only_when_their_signature_holds")
+DISPLAY = refusals.refused_unless("thinking cannot be omitted from the reply: a thinking block's signature signs its "
+                                  "text, which the block must carry", "summarized")
 
 REQUEST = ModelFields(CreateMessageRequest, {
     "model": Planned("api.core.pipeline.generate", ERRORS + "test_an_unknown_model_is_a_404_in_anthropics_shape"),
@@ -97,7 +114,7 @@ REQUEST = ModelFields(CreateMessageRequest, {
     "service_tier": refusals.refused_unless("only the default service tier is served", "auto", "standard_only"),
     "tools": Planned("tools.messages_tools", TOOLS + "test_any_calls_validate_against_their_schemas"),
     "tool_choice": Planned(CHOICE, TOOLS + "test_a_named_tool_choice_calls_that_tool"),
-    "thinking": refusals.THINKING,
+    "thinking": THINKING,
     "cache_control": Planned("api.core.prompt.chat_prompt_ids",
                              SDK + "test_top_level_cache_control_is_served_by_the_prefix_cache"),
     "speed": refusals.refused_unless("there is no fast mode: every request runs at this server's one speed",
@@ -113,8 +130,8 @@ REQUEST = ModelFields(CreateMessageRequest, {
 OUTPUT_CONFIG = ModelFields(OutputConfig, {
     "format": FORMAT,
     "effort": refusals.refused_unless(
-        "effort levels are not supported: the served model has no effort or reasoning control, "
-        "so every reply gets the default (`high`)", "high"),
+        "effort levels are not supported: every reply gets the default (`high`); a model that reasons "
+        "thinks as `thinking` says", "high"),
 })
 
 # Blocks a text-only model without thinking, citations or hosted tools cannot take: every
@@ -122,8 +139,8 @@ OUTPUT_CONFIG = ModelFields(OutputConfig, {
 REFUSED_BLOCKS = {
     ImageBlockParam: f"image blocks cannot be read: {refusals.TEXT_ONLY}",
     DocumentBlockParam: "document blocks cannot be read: the served model takes text blocks only",
-    ThinkingBlockParam: f"thinking blocks: {refusals.REASONING}",
-    RedactedThinkingBlockParam: f"redacted_thinking blocks: {refusals.REASONING}",
+    RedactedThinkingBlockParam: "redacted_thinking blocks are never made by this server: its thinking blocks come "
+                                "back as they were sent, with their signature",
     SearchResultBlockParam: "search_result blocks are not supported: they are there to be cited, and citations "
                             "are not supported",
     ServerToolUseBlockParam: f"server_tool_use blocks: {HOSTED_TOOLS}",
@@ -163,10 +180,20 @@ TOOL_TABLES = [
     every_field(JsonOutputFormat, FORMAT),
 ]
 
+THINKING_TABLES = [
+    ModelFields(ThinkingConfigEnabled, {"type": THINKING, "budget_tokens": THINKING, "display": DISPLAY}),
+    ModelFields(ThinkingConfigAdaptive, {"type": THINKING, "display": DISPLAY}),
+    every_field(ThinkingConfigDisabled, THINKING),
+    every_field(ThinkingConfigBetweenTools, Refused("thinking only between tool calls is not served: a reply thinks "
+                                                    "once, before it answers", lambda value: True)),
+    every_field(ThinkingBlockParam, THINKING_HISTORY),
+]
+
 REGISTRY = Registry([
     REQUEST,
     OUTPUT_CONFIG,
     *TOOL_TABLES,
+    *THINKING_TABLES,
     # The route's body (api/messages/body.py): Anthropic's fields as above plus Fireworks' raw_output.
     ModelFields(MessagesBody, like=CreateMessageRequest, fields={
         "raw_output": Refused("raw_output is not available on /v1/messages", bool),

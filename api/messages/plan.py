@@ -11,9 +11,14 @@ api/messages/count.py), so a count refuses what a message refuses:
   a user's `tool_result` blocks are `tool` messages before its text (a result's text blocks
   joined by newlines; `is_error: true` prefixes it with "Error: "), in the chat shape that
   api/core/tool_prompt.py renders;
+- an assistant's `thinking` blocks, their signatures checked, are its `reasoning_content`
+  (api/messages/thinking.py);
 - a last assistant message is a prefill, as Anthropic defines it: the reply continues
   that text (which the response does not repeat), so its text follows the generation
-  prompt instead of being rendered as a finished turn. It cannot hold tool calls.
+  prompt instead of being rendered as a finished turn. It cannot hold tool calls, nor come
+  with thinking enabled (as Anthropic's API refuses it); outside a thinking section the
+  reply does not think.
+`thinking` sets whether and how long a model that reasons thinks (api/core/reasoning.py).
 The tools (unless `tool_choice` is none) and `output_config.format` make the grammar of
 the reply (api/core/structured.py, api/core/tool_grammar.py); under `auto` a JSON format
 and tools combine as in chat: the reply is either that JSON or calls.
@@ -30,6 +35,8 @@ from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
 from api.core.prompt import PART_SEPARATOR, chat_prompt_ids
+from api.core.reasoning import anthropic_ask, check_budget_below
+from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
@@ -38,9 +45,12 @@ from api.core.tool_grammar import calls_or_format
 from api.core.tool_prompt import answer_format
 from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
+from api.messages.thinking import checked_thinking, signing_key
 from api.messages.tools import SCHEMA_PATH, MessagesTools, messages_tools
 from engine.grammar import Grammar
-from generated.flint import CountMessageTokensRequest, TextBlockParam, ToolResultBlockParam, ToolUseBlockParam
+from engine.reasoning import Reasoning
+from generated.flint import (CountMessageTokensRequest, TextBlockParam, ThinkingBlockParam, ToolResultBlockParam,
+                             ToolUseBlockParam)
 
 # The bodies whose conversation makes a prompt: a message's, and a token count's.
 PromptBody = MessagesBody | CountMessageTokensRequest
@@ -57,6 +67,8 @@ class MessagesPlan:
     stream: bool
     timeout: float | None = None
     tool_format: ToolFormat | None = None  # the reply may hold calls, written so
+    reasoning: ReasoningPlan = ReasoningPlan()  # the reply's thinking is a thinking block
+    signing_key: bytes = b""  # what signs its thinking (api/messages/thinking.py)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,8 @@ class Prepared:
     prompt_ids: list[int]
     grammar: Grammar | None
     tool_format: ToolFormat | None
+    reasoning: ReasoningPlan
+    thinking: Reasoning | None  # the engine's view of the reply's thinking section
 
 
 async def plan_messages(body: MessagesBody, server: ServerState) -> MessagesPlan:
@@ -78,8 +92,9 @@ async def plan_messages(body: MessagesBody, server: ServerState) -> MessagesPlan
     choice = ChoiceRequest(
         index=0, prompt_index=0, prompt_token_ids=prepared.prompt_ids, sampling=values.sampling_params(seed=seed),
         stop=values.stop_criteria(strings=stop_sequences(body), max_tokens=check_count("max_tokens", body.max_tokens)),
-        grammar=prepared.grammar)
-    return MessagesPlan(choices=[choice], stream=bool(body.stream), tool_format=prepared.tool_format)
+        grammar=prepared.grammar, reasoning=prepared.thinking)
+    return MessagesPlan(choices=[choice], stream=bool(body.stream), tool_format=prepared.tool_format,
+                        reasoning=prepared.reasoning, signing_key=signing_key(server.settings.data_dir))
 
 
 async def prompt_ids(body: PromptBody, server: ServerState) -> list[int]:
@@ -92,15 +107,23 @@ async def prompt_ids(body: PromptBody, server: ServerState) -> list[int]:
 async def prepare(body: PromptBody, server: ServerState) -> Prepared:
     """The prompt of `body` with its tools, and the grammar of its reply (each checked)."""
     tools = messages_tools(body)
-    conversation, prefill = template_conversation(body)
-    ids = await chat_prompt_ids(server, conversation, prefill=prefill, tools=list(tools.given) if tools else None)
+    reasoning = plan_reasoning(server.tokenizer, anthropic_ask(body.thinking))
+    if isinstance(body, MessagesBody):  # a token count has no max_tokens
+        check_budget_below(reasoning.ask, body.max_tokens)
+    conversation, prefill = template_conversation(body, signing_key(server.settings.data_dir))
+    if prefill and reasoning.ask.think:
+        raise invalid("thinking", "thinking cannot be enabled when the final message is an assistant prefill: "
+                                  "the reply would begin with the prefill, not with thinking")
+    ids = await chat_prompt_ids(server, conversation, prefill=prefill, tools=list(tools.given) if tools else None,
+                                reasoning=reasoning)
     answering = tools if tools is not None and tools.answered else None
     tool_format = answer_format(server.tokenizer.chat_template) if answering else None
     if tools is not None:
         await check_tool_grammars(server, list(tools.given), SCHEMA_PATH)
     grammar, grammar_field = answer_grammar(body, answering, tool_format)
     await check_grammar(server, grammar, grammar_field)
-    return Prepared(ids, grammar, tool_format)
+    return Prepared(ids, grammar, tool_format, reasoning,
+                    reasoning.engine_reasoning(ids, server.tokenizer, prefilled=bool(prefill)))
 
 
 def answer_grammar(body: PromptBody, tools: MessagesTools | None,
@@ -114,8 +137,9 @@ def answer_grammar(body: PromptBody, tools: MessagesTools | None,
     return calls_or_format(list(tools.callable), tools.choice, tool_format, text_format, FORMAT), "tools"
 
 
-def template_conversation(body: PromptBody) -> tuple[list[dict[str, Any]], str]:
-    """The messages in the chat shape the template takes, and the final assistant prefill."""
+def template_conversation(body: PromptBody, key: bytes) -> tuple[list[dict[str, Any]], str]:
+    """The messages in the chat shape the template takes, and the final assistant prefill
+    (`key` checks the signatures of thinking blocks)."""
     if not body.messages:
         raise invalid("messages", "`messages` must hold at least one message")
     conversation = []
@@ -123,13 +147,16 @@ def template_conversation(body: PromptBody) -> tuple[list[dict[str, Any]], str]:
     if system:
         conversation.append({"role": "system", "content": system})
     for index, message in enumerate(body.messages):
-        conversation += turns(message, index)
+        conversation += turns(message, index, key)
     prefill = ""
     last = len(body.messages) - 1
     if body.messages[-1].role.value == "assistant":
         if conversation[-1].get("tool_calls"):
             raise invalid(f"messages.[{last}].content", "the final assistant message (a prefill) cannot hold "
                                                         "tool_use blocks: send their results in a user message")
+        if conversation[-1].get("reasoning_content"):
+            raise invalid(f"messages.[{last}].content", "the final assistant message (a prefill) cannot hold "
+                                                        "thinking blocks: the reply continues its text")
         prefill = conversation.pop()["content"]
         if prefill != prefill.rstrip():  # as Anthropic: the model would continue after the space
             raise ApiError(400, "the final assistant message (a prefill) must not end with whitespace",
@@ -137,9 +164,9 @@ def template_conversation(body: PromptBody) -> tuple[list[dict[str, Any]], str]:
     return conversation, prefill
 
 
-def turns(message: Any, index: int) -> list[dict[str, Any]]:
-    """A message as chat messages: its tool results (each a `tool` message), then its text
-    and calls (none when it holds only results)."""
+def turns(message: Any, index: int, key: bytes) -> list[dict[str, Any]]:
+    """A message as chat messages: its tool results (each a `tool` message), then its text,
+    calls and thinking (none when it holds only results)."""
     role = message.role.value
     if isinstance(message.content, str):
         return [{"role": role, "content": message.content}]
@@ -152,6 +179,10 @@ def turns(message: Any, index: int) -> list[dict[str, Any]]:
     calls = [history_call(block) for block in blocks if isinstance(block, ToolUseBlockParam)]
     if calls:
         turn["tool_calls"] = calls
+    thinking = [checked_thinking(key, block, f"messages.[{index}].content.[{position}]")
+                for position, block in enumerate(blocks) if isinstance(block, ThinkingBlockParam)]
+    if thinking:
+        turn["reasoning_content"] = PART_SEPARATOR.join(thinking)
     return [*results, turn] if turn["content"] or not results else results
 
 
@@ -162,8 +193,11 @@ def check_block(block: Any, role: str, path: str) -> None:
         raise invalid(path, "tool_use blocks belong in assistant messages")
     if isinstance(block, ToolResultBlockParam) and role != "user":
         raise invalid(path, "tool_result blocks belong in user messages")
-    if not isinstance(block, (TextBlockParam, ToolUseBlockParam, ToolResultBlockParam)):
-        raise invalid(path, "only text, tool_use and tool_result blocks can be read by this text-only model")
+    if isinstance(block, ThinkingBlockParam) and role != "assistant":
+        raise invalid(path, "thinking blocks belong in assistant messages")
+    if not isinstance(block, (TextBlockParam, ToolUseBlockParam, ToolResultBlockParam, ThinkingBlockParam)):
+        raise invalid(path, "only text, thinking, tool_use and tool_result blocks can be read by this text-only "
+                            "model")
 
 
 def history_call(block: ToolUseBlockParam) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 The stream is message_start (the message with empty content and no stop reason yet),
 then each content block: content_block_start, one content_block_delta per piece of it
-(text_delta, or input_json_delta for a tool call's input), content_block_stop; then
+(text_delta, or input_json_delta for a tool call's input; a reply that thinks first has a
+thinking block, api/messages/thinking.py), content_block_stop; then
 message_delta (stop_reason, stop_sequence, usage) and message_stop. api/core/sse.py sends
 each with an `event:` line naming its type. A generation that breaks off mid-stream ends
 with an `error` event instead, as Anthropic's streams do. A reply that may call tools is
@@ -27,6 +28,7 @@ from api.messages.errors import error_type
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
 from api.core.usage import Usage
 from api.messages.plan import MessagesPlan
+from api.messages.thinking import thinking_block
 from api.messages.tool_calls import StreamBlocks, answer_blocks
 from generated.flint import (
     AnthropicError,
@@ -79,6 +81,8 @@ def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage, plan:
     if result.finish_reason == "error":
         raise generation_cut_off()
     blocks, called = answer_blocks(result.text, plan.tool_format if plan is not None else None)
+    if result.reasoning_text and plan is not None:
+        blocks = [thinking_block(plan.signing_key, result.reasoning_text), *blocks]
     return Message(id=identity.id, type="message", role="assistant", model=identity.model, content=blocks,
                    stop_reason=stop_reason(result.finish_reason, result.stop_string, called),
                    stop_sequence=result.stop_string, usage=message_usage(usage))
@@ -100,7 +104,7 @@ async def stream(plan: MessagesPlan, generation: Generation) -> AsyncIterator[py
     refused before any output is an HTTP error rather than a broken stream (api/core/sse.py
     `prefetched`), and message_start can report the prompt's token counts."""
     identity = MessageIdentity.of(generation)
-    blocks = StreamBlocks(plan.tool_format)
+    blocks = StreamBlocks(plan.tool_format, plan.signing_key if plan.reasoning.reasons else None)
     async with aclosing(generation.events()) as events:
         started = False
         async for event in events:
@@ -109,6 +113,8 @@ async def stream(plan: MessagesPlan, generation: Generation) -> AsyncIterator[py
                 yield message_start(identity, generation.usage)
                 for opening in blocks.start():
                     yield opening
+            for block_event in blocks.think(event.reasoning_text) if event.reasoning_text else []:
+                yield block_event
             for block_event in blocks.feed(event.text, final=event.finish_reason is not None):
                 yield block_event
             if event.finish_reason is not None:

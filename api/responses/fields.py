@@ -7,8 +7,12 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
   (api/responses/tool_calls.py); `include` logprobs with tools is a 400;
 - `function_call` input items join the assistant message before them as its `tool_calls`,
   and `function_call_output` items render as `tool` messages (their `call_id` as the
-  message's `tool_call_id`); `reasoning` and `item_reference` input items are refused;
-- reasoning and the service tier: the shared rules of api/core/refusals.py;
+  message's `tool_call_id`); a `reasoning` item's text is the `reasoning_content` of the
+  assistant output after it (api/responses/input.py), its `encrypted_content` refused (this
+  server never makes one); `item_reference` input items are refused;
+- `reasoning.effort` sets the thinking budget of a model that reasons (api/core/reasoning.py;
+  a model that does not reason refuses every effort but `none`); summaries are not made, so
+  `reasoning.summary` is refused; the service tier: the shared rule of api/core/refusals.py;
   `truncation`: `disabled` (a prompt too long for the context is a 400); `background`:
   false; `text.verbosity`: `medium`;
 - `include`: only `message.output_text.logprobs`, with `top_logprobs` alternatives;
@@ -38,6 +42,8 @@ from generated.flint import (
     OutputTextContent,
     ReasoningConfig,
     ReasoningItem,
+    ReasoningSummaryText,
+    ReasoningTextContent,
     RefusalContent,
     ResponseLogProb,
     ResponseStreamOptions,
@@ -67,6 +73,10 @@ CALL_HISTORY = Planned("input.add_call", TOOLS + "test_function_call_items_rende
 SCHEMA_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_schema_answers_validate")
 OBJECT_FORMAT = Planned("api.core.structured.format_grammar", FORMATS + "test_json_object_answers_are_objects")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+REASONING = "tests/api/test_responses_reasoning.py::"
+REASONING_INPUT = Planned("input.chat_messages", REASONING + "test_reasoning_items_become_the_reasoning_of_the_next_answer")
+NO_SUMMARIES = refusals.refused_if_any("reasoning summaries are not generated: a reasoning item carries the reasoning "
+                                       "text itself, as its `content`")
 
 
 def unless_logprobs_include(value) -> bool:
@@ -112,9 +122,10 @@ REGISTRY = Registry([
                                      "verbosity": refusals.refused_unless("verbosity controls are not supported",
                                                                           "medium")}),
     ModelFields(ReasoningConfig, {
-        "effort": refusals.REASONING_EFFORT,
-        "summary": refusals.refused_if_any(refusals.REASONING),
-        "generate_summary": refusals.refused_if_any(refusals.REASONING)}),
+        "effort": Planned("api.core.reasoning.effort_ask",
+                          REASONING + "test_reasoning_effort_sets_the_budget_and_the_answer_holds_a_reasoning_item"),
+        "summary": NO_SUMMARIES,
+        "generate_summary": NO_SUMMARIES}),
     ModelFields(ResponseStreamOptions, {
         "include_obfuscation": Planned("render.ResponseEventWriter", STREAM + "test_obfuscation_pads_deltas_unless_turned_off")}),
     ModelFields(EasyInputMessage, {"type": RENDERED, "role": RENDERED, "content": RENDERED, "id": KEPT, "status": KEPT}),
@@ -130,10 +141,14 @@ REGISTRY = Registry([
     every_field(ResponseToolChoiceFunction, NAMED),
     ModelFields(FunctionToolCall, {"type": CALL_HISTORY, "call_id": CALL_HISTORY, "name": CALL_HISTORY,
                                    "arguments": CALL_HISTORY, "id": KEPT, "status": KEPT}),
-    *[every_field(item_cls, reason) for item_cls, reason in (
-        (ReasoningItem, f"reasoning input items: {refusals.REASONING}"),
-        (ItemReference, "item references are not supported: continue a stored conversation with "
-                        "`previous_response_id`"))],
+    ModelFields(ReasoningItem, {"type": REASONING_INPUT, "summary": REASONING_INPUT, "content": REASONING_INPUT,
+                                "id": KEPT, "status": KEPT,
+                                "encrypted_content": "encrypted reasoning is never made by this server: give the "
+                                                     "reasoning back as its `content`"}),
+    every_field(ReasoningTextContent, REASONING_INPUT),
+    every_field(ReasoningSummaryText, REASONING_INPUT),
+    every_field(ItemReference, "item references are not supported: continue a stored conversation with "
+                               "`previous_response_id`"),
     ModelFields(InputTextContent, {"type": RENDERED, "text": RENDERED}),
     ModelFields(OutputTextContent, {"type": RENDERED, "text": RENDERED, "annotations": KEPT, "logprobs": KEPT}),
     ModelFields(RefusalContent, {"type": RENDERED, "refusal": RENDERED}),

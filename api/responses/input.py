@@ -9,8 +9,10 @@ keeps its role and its text parts joined; an earlier answer's output_text and re
 count as the assistant's text; a `function_call` (a call the model made earlier) joins the
 assistant message before it as one of its `tool_calls` (consecutive calls make one
 assistant message), and a `function_call_output` becomes a `tool` message whose
-`tool_call_id` is the item's `call_id` (api/core/tool_prompt.py renders both). Image and
-file parts are refused (text-only model).
+`tool_call_id` is the item's `call_id` (api/core/tool_prompt.py renders both). A `reasoning`
+item (an earlier answer's thinking: its `reasoning_text` parts, or its summary when it has
+none) is the `reasoning_content` of the assistant message that follows it, which it must
+have. Image and file parts are refused (text-only model).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ Item = dict[str, Any]
 TEXT_PART_FIELDS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 NON_TEXT_PARTS = {"input_image": "image", "input_file": "file"}
 # The prefix of the ids this server gives items, by item type (as OpenAI's ids read).
-ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def new_id(prefix: str) -> str:
@@ -63,12 +65,40 @@ def chat_messages(instructions: str | None, history: Sequence[Item], items: Sequ
     """The chat messages of a prompt: instructions first (as a developer message, which a
     template without that role reads as system), then the earlier turns, then this input."""
     messages = [{"role": "developer", "content": instructions}] if instructions else []
+    reasoning: tuple[str, int | None] | None = None  # a reasoning item's text, waiting for its message
     for item, index in [*((item, None) for item in history), *((item, i) for i, item in enumerate(items))]:
+        if reasoning is not None and not answers(item):
+            raise reasoning_without_answer(reasoning[1])
+        if item["type"] == "reasoning":
+            reasoning = (reasoning_text(item), index)
+            continue
         if item["type"] == "function_call":
             add_call(messages, item)
         else:
             messages.append(item_message(item, index))
+        if reasoning is not None:
+            messages[-1]["reasoning_content"] = reasoning[0]
+            reasoning = None
+    if reasoning is not None:
+        raise reasoning_without_answer(reasoning[1])
     return messages
+
+
+def answers(item: Mapping[str, Any]) -> bool:
+    """Whether `item` is an assistant's output, which a reasoning item may precede."""
+    return item["type"] == "function_call" or (item["type"] == "message" and item.get("role") == "assistant")
+
+
+def reasoning_text(item: Mapping[str, Any]) -> str:
+    """A reasoning item's text: its reasoning_text parts, else its summary."""
+    parts = item.get("content") or item.get("summary") or []
+    return PART_SEPARATOR.join(part["text"] for part in parts)
+
+
+def reasoning_without_answer(index: int | None) -> ApiError:
+    where = f"input.[{index}]" if index is not None else "previous_response_id"
+    return ApiError(400, f"the reasoning item at `{where}` must be followed by the assistant message or function "
+                         "call it reasoned toward", param=where)
 
 
 def add_call(messages: list[Item], item: Mapping[str, Any]) -> None:

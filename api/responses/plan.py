@@ -4,8 +4,9 @@ The conversation (a stored predecessor's turns, then the instructions and this i
 the tools (api/responses/tools.py) become prompt ids through the chat template
 (api/core/prompt.py), and the sampling fields one SamplingParams. `text.format` or the
 tools make the grammar the answer is constrained by (api/core/structured.py,
-api/core/tool_grammar.py). `max_output_tokens` is an upper bound: the answer also stops at
-the end of the context window.
+api/core/tool_grammar.py). `reasoning.effort` sets how long a model that reasons may think
+(api/core/reasoning.py). `max_output_tokens` is an upper bound, thinking included: the
+answer also stops at the end of the context window.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from api.core import limits
 from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
 from api.core.prompt import chat_prompt_ids
+from api.core.reasoning import effort_ask
+from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import check_count, choice_seed_list, engine_values
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
@@ -52,6 +55,7 @@ class ResponsePlan:
     timeout: float | None = None
     tools: ResponseTools | None = None  # the answer may hold calls, in `tool_format`
     tool_format: ToolFormat | None = None
+    reasoning: ReasoningPlan = ReasoningPlan()  # the answer's thinking is a reasoning item
 
     @property
     def stream(self) -> bool:
@@ -77,18 +81,21 @@ async def plan_response(request: CreateResponseRequest, server: ServerState) -> 
     history = conversation_of(previous) if previous is not None else []
     items = request_items(request)
     tools = response_tools(request)
+    reasoning = plan_reasoning(server.tokenizer, effort_ask(request.reasoning.effort if request.reasoning else None,
+                                                            "reasoning.effort"))
     prompt_ids = await chat_prompt_ids(server, chat_messages(request.instructions, history, items), param="input",
-                                       tools=tools.tools if tools else None)
+                                       tools=tools.tools if tools else None, reasoning=reasoning)
     tool_format = answer_format(server.tokenizer.chat_template) if tools else None
     grammar = await checked_grammar(server, request, tools, tool_format)
     choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids, grammar=grammar,
+                           reasoning=reasoning.engine_reasoning(prompt_ids, server.tokenizer),
                            **sampling_of(request, server, server.max_model_len - len(prompt_ids)))
     logprobs = choice.sampling.logprobs is not None
     if logprobs and tools is not None:
         raise invalid("include", f"`{LOGPROBS_INCLUDE}` cannot be combined with tools: an answer's tokens "
                                  "may hold both text and calls")
     return ResponsePlan(request=request, body=fields, history=history, input_items=items, choices=[choice],
-                        logprobs=logprobs, tools=tools, tool_format=tool_format)
+                        logprobs=logprobs, tools=tools, tool_format=tool_format, reasoning=reasoning)
 
 
 async def checked_grammar(server: ServerState, request: CreateResponseRequest, tools: ResponseTools | None,

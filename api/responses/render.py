@@ -12,11 +12,12 @@ The stream, each event carrying `sequence_number` 0, 1, 2, ... (sent with an `ev
 naming its type, api/core/sse.py):
 
     response.created, response.in_progress           the response, in_progress, no output
+    (a model that thinks: its reasoning item's events, api/responses/reasoning.py)
     response.output_item.added                        the assistant message, in_progress
     response.content_part.added                       its output_text part, empty
     response.output_text.delta ...                    the text as it comes
     response.output_text.done, response.content_part.done, response.output_item.done
-    (with tools: the message opens at the first text, then each call's events)
+    (with tools or reasoning: the message opens at the first text; tools: then each call's events)
     response.completed | response.incomplete          the final response, with usage
 
 A response is stored before its last event is sent (or before it is returned). When
@@ -41,6 +42,7 @@ from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
 from api.core.usage import Usage
 from api.responses.input import new_id
 from api.responses.plan import ResponsePlan
+from api.responses.reasoning import ReasoningEvents, answer_logprobs, reasoning_item
 from api.responses.store import save_response
 from api.responses.tool_calls import CallEvents, answer_items
 from api.core.state import ServerState
@@ -60,6 +62,7 @@ class ResponseIdentity:
     model: str
     id: str = field(default_factory=lambda: f"resp_{uuid.uuid4().hex}")
     message_id: str = field(default_factory=lambda: new_id("msg"))
+    reasoning_id: str = field(default_factory=lambda: new_id("rs"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     @classmethod
@@ -133,7 +136,7 @@ def usage_object(usage: Usage) -> Json:
         "input_tokens": usage.num_prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.num_cached_tokens},
         "output_tokens": usage.num_completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},  # this model does not reason
+        "output_tokens_details": {"reasoning_tokens": usage.num_reasoning_tokens},
         "total_tokens": usage.num_prompt_tokens + usage.num_completion_tokens,
     }
 
@@ -160,11 +163,14 @@ async def whole(plan: ResponsePlan, generation: Generation, results: list[Choice
     status = status_of(result.finish_reason)
     if status == "failed":
         raise generation_cut_off()
-    logprobs = logprob_entries(server.tokenizer, result.logprobs) if plan.logprobs else None
+    answer = answer_logprobs(result.logprobs, result.num_reasoning_tokens)
+    logprobs = logprob_entries(server.tokenizer, answer) if plan.logprobs else None
     identity = ResponseIdentity.of(generation)
     message = lambda text, item_status: output_message(identity, item_status, [output_text_part(text, logprobs)])
     output = [message(result.text, status)] if plan.tools is None else \
         answer_items(result.text, plan.tool_format, status, message)
+    if result.reasoning_text:
+        output.insert(0, reasoning_item(identity.reasoning_id, result.reasoning_text, "completed"))
     response = response_object(identity, plan, status, output, usage_object(generation.usage))
     await keep(server, plan, response)
     return Response(response)
@@ -195,6 +201,8 @@ class ResponseEventWriter:
         self.message_open = False
         self.include_obfuscation = plan.include_obfuscation
         self.calls = CallEvents(self, plan.tool_format) if plan.tools is not None else None
+        self.reasoning = ReasoningEvents(self, identity.reasoning_id)
+        self.num_reasoning_tokens = 0  # of the events so far
 
     async def events(self, generation: Generation) -> AsyncIterator[Json]:
         """Every event of the stream. The opening events wait for the engine's first output,
@@ -237,10 +245,10 @@ class ResponseEventWriter:
 
     def opening_events(self) -> list[Json]:
         """The response's opening; the message opens with it unless the answer may hold calls
-        (then it opens at the first text)."""
+        or follow a reasoning item (then it opens at the first text)."""
         empty = response_object(self.identity, self.plan, "in_progress", [])
         opening = [self.event("response.created", response=empty), self.event("response.in_progress", response=empty)]
-        return opening if self.calls is not None else opening + self.open_message()
+        return opening if self.calls is not None or self.plan.reasoning.reasons else opening + self.open_message()
 
     def place(self) -> Json:
         return {"item_id": self.identity.message_id, "output_index": len(self.items), "content_index": 0}
@@ -256,15 +264,21 @@ class ResponseEventWriter:
         ]
 
     def deltas(self, event: ChoiceEvent) -> list[Json]:
+        """The thinking's events, then the answer's: its start closes the reasoning item."""
+        events = self.reasoning.feed(event.reasoning_text) if event.reasoning_text else []
+        answer = answer_logprobs(event.logprobs or [], event.num_reasoning_tokens - self.num_reasoning_tokens)
+        self.num_reasoning_tokens = event.num_reasoning_tokens
         if self.calls is not None:
-            return self.calls.feed(event.text, final=event.finish_reason is not None)
-        if not event.text and not (self.logprobs is not None and event.logprobs):
-            return []
+            closed = self.reasoning.close() if event.text else []  # the answer has begun
+            return events + closed + self.calls.feed(event.text, final=event.finish_reason is not None)
+        if not event.text and not (self.logprobs is not None and answer):
+            return events
         logprobs = []
         if self.logprobs is not None:
-            logprobs = logprob_entries(self.server.tokenizer, event.logprobs or [])
+            logprobs = logprob_entries(self.server.tokenizer, answer)
             self.logprobs += logprobs
-        return [self.text_delta(event.text, logprobs)]
+        opening = [] if self.message_open else self.reasoning.close() + self.open_message()
+        return events + opening + [self.text_delta(event.text, logprobs)]
 
     def text_delta(self, text: str, logprobs: list[Json]) -> Json:
         self.text += text
@@ -274,7 +288,10 @@ class ResponseEventWriter:
         return delta
 
     def closing_events(self, status: str) -> list[Json]:
-        return self.calls.close(status) if self.calls is not None else self.close_message(status)
+        thinking = self.reasoning.close()
+        if self.calls is not None:
+            return thinking + self.calls.close(status)
+        return thinking + ([] if self.message_open else self.open_message()) + self.close_message(status)
 
     def close_message(self, status: str) -> list[Json]:
         place = self.place()

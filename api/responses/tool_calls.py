@@ -104,7 +104,7 @@ class CallEvents:
         one empty message."""
         if self.call is not None:
             return self.close_item("completed" if self.stream.parsed[-1].complete else "incomplete")
-        if not self.writer.message_open and not self.writer.items:
+        if not self.writer.message_open and all(item["type"] == "reasoning" for item in self.writer.items):
             return self.writer.open_message() + self.writer.close_message(status)
         return self.close_item(status)
 

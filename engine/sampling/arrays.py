@@ -37,6 +37,7 @@ class SamplingArrays:
     seeds: jax.Array  # [rows] u32
     positions: jax.Array  # [rows] i32, position of the token being sampled
     want_logprobs: jax.Array  # [rows] bool
+    beam_mode: jax.Array  # [rows] i32, 0: not a beam row (engine/sampling/beams.py)
 
 
 def _row_reader(name: str) -> property:
@@ -60,4 +61,5 @@ def empty_sampling_arrays(num_rows: int, vocab_size: int, history: int) -> Sampl
         allowed_words=full(-1, np.int32, num_words(vocab_size)), history_ids=full(-1, np.int32, history),
         num_prompt_tokens=full(0, np.int32), mirostat_mu=full(0, np.float32),
         seeds=full(0, np.uint32), positions=full(0, np.int32), want_logprobs=full(False, np.bool_),
+        beam_mode=full(0, np.int32),
     )

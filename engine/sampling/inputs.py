@@ -31,6 +31,10 @@ class RowSampling:
     min_total_tokens: int = 0
     mirostat_mu: float = 0.0
     grammar_words: np.ndarray | None = None  # [ceil(vocab / 32)] i32: what the grammar allows next
+    # A thinking section's (engine/reasoning.py): the token its budget forces, the tags banned.
+    forced_token_id: int | None = None
+    banned_token_ids: frozenset[int] = frozenset()
+    beam_mode: int = 0  # a beam row's search type (engine/sampling/beams.py); 0: it samples
 
 
 def fill_row(arrays: SamplingArrays, index: int, row: RowSampling, position: int, vocab_size: int) -> None:
@@ -43,6 +47,7 @@ def fill_row(arrays: SamplingArrays, index: int, row: RowSampling, position: int
     arrays.seeds[index] = row.seed
     arrays.positions[index] = position
     arrays.want_logprobs[index] = params.logprobs is not None
+    arrays.beam_mode[index] = row.beam_mode
     if params.logit_bias:
         ids, values = zip(*params.logit_bias[:MAX_LOGIT_BIAS])
         arrays.bias_ids[index, : len(ids)] = ids
@@ -70,8 +75,10 @@ def row_allowed_words(row: RowSampling, vocab_size: int) -> list[int] | np.ndarr
     params, outputs = row.params, row.token_ids[row.num_prompt_tokens:]
     if len(outputs) < len(params.forced_output_tokens):
         return force_token(params.forced_output_tokens[len(outputs)], vocab_size)
+    if row.forced_token_id is not None:
+        return force_token(row.forced_token_id, vocab_size)
     banned = stop_bans(len(outputs), row.min_tokens, len(row.token_ids),
-                       row.min_total_tokens or None, row.end_token_ids)
+                       row.min_total_tokens or None, row.end_token_ids) | row.banned_token_ids
     if params.bad_word_tokens:
         banned |= bad_word_bans(outputs, [list(p) for p in params.bad_word_tokens])
     if params.no_repeat_ngram_size:

@@ -87,3 +87,12 @@ def pack_banned(banned_ids: Iterable[int], vocab_size: int) -> list[int]:
 def force_token(token_id: int, vocab_size: int) -> list[int]:
     """Packed words allowing only token_id, so the sampler must emit it next."""
     return pack_allowed([token_id], vocab_size)
+
+
+def allow_token(words, token_id: int):
+    """A copy of packed words (a list or an int32 array) that also allows token_id."""
+    allowed = words.copy()
+    bit = 1 << (token_id % WORD_BITS)
+    word = (int(allowed[token_id // WORD_BITS]) & (_WORD_RANGE - 1)) | bit
+    allowed[token_id // WORD_BITS] = word - _WORD_RANGE if word & _SIGN_BIT else word
+    return allowed

@@ -9,6 +9,7 @@ uses nothing beyond temperature costs about what greedy does. The order of opera
       -> Mirostat (rows that use it) -> one inverse-CDF draw per row
       -> logprobs of the pick under the model and under the processed distribution
       -> the pick's raw logit (always: one gather, cheaper than a branch)
+      -> beam rows only: their candidates for the next beams (engine/sampling/beams.py)
 
 Rows whose top-k, top-p or min-p cut keeps only tokens among their best NUM_CANDIDATES
 (128) run the stages after the cut on those (the narrow path, engine/sampling/candidates.py);
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.arrays import SamplingArrays
+from engine.sampling.beams import BeamCandidates, candidates_for
 from engine.sampling.candidates import narrow_draw
 from engine.sampling.draw import Draw, inverse_cdf_draw, row_uniforms
 from engine.sampling.filters import apply_truncation
@@ -44,6 +46,7 @@ class SampleResult:
     tokens: jax.Array  # [rows] i32
     logprobs: TokenLogprobs
     mirostat_mu: jax.Array  # [rows] f32, the state for the next step
+    beams: BeamCandidates  # the next tokens each beam row proposes (engine/sampling/beams.py)
 
 
 def full_draw(scaled, arrays: SamplingArrays, uniforms, want_logprob: bool | jax.Array) -> Draw:
@@ -105,4 +108,4 @@ def sample(logits, arrays: SamplingArrays) -> SampleResult:
                             lambda: empty_logprobs(tokens.shape[0], num_top))
     # Outside the branch: a row may want its logit without logprobs.
     logprobs = dataclasses.replace(logprobs, logit=raw_logit(logits, tokens))
-    return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu)
+    return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu, beams=candidates_for(processed, arrays))

@@ -12,6 +12,7 @@ from engine.engine import Engine
 from engine.request import Request
 from engine.tokenizer import Tokenizer
 from api_helpers import TINY_ENGINE, wait_until_serving
+from qwen3_tiny import qwen3_checkpoint, qwen3_tokenizer
 from tiny_models import tiny_checkpoint
 
 @pytest.fixture(scope="session")
@@ -54,6 +55,39 @@ def tools_tiny_client(tiny_app_factory):
     tool-calling tests of every dialect."""
     config = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128, num_pages=320)
     with TestClient(app=tiny_app_factory(Settings(engine=config))) as client:
+        wait_until_serving(client, timeout=600)
+        yield client
+
+
+def qwen3_app(tool_tokens: bool = True):
+    """An app serving the tiny Qwen3-style reasoning model (tests/qwen3_tiny.py), with room
+    for a thinking budget of 1024 tokens."""
+    tokenizer = qwen3_tokenizer(tool_tokens=tool_tokens)
+    checkpoint = qwen3_checkpoint(tokenizer.vocab_size)
+
+    def engine_factory(settings: Settings) -> Engine:
+        engine = Engine(checkpoint, tokenizer, settings.engine)
+        engine.runner.warmup()
+        return engine
+
+    config = EngineConfig(max_model_len=2048, max_num_seqs=8, max_num_batched_tokens=128, num_pages=800,
+                          token_buckets=(8, 32, 128))
+    return create_app(Settings(engine=config), engine_factory=engine_factory)
+
+
+@pytest.fixture(scope="session")
+def qwen3_client():
+    """The tiny Qwen3-style app, shared by the reasoning tests of every dialect."""
+    with TestClient(app=qwen3_app()) as client:
+        wait_until_serving(client, timeout=600)
+        yield client
+
+
+@pytest.fixture(scope="session")
+def qwen3_tools_client():
+    """The same model with its tool-call tags as text (tests/qwen3_tiny.py TOOL_TAGS says why),
+    for the tests of tool calls after thinking."""
+    with TestClient(app=qwen3_app(tool_tokens=False)) as client:
         wait_until_serving(client, timeout=600)
         yield client
 

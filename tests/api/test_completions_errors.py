@@ -83,8 +83,8 @@ CASES = [
     ({"images": ["data:image/png;base64,AAAA"]}, 400, "images"),
     ({"reasoning_effort": "high"}, 400, "reasoning_effort"),
     ({"thinking": {"type": "enabled"}}, 400, "thinking"),
-    ({"num_beams": 4}, 400, "num_beams"),
-    ({"length_penalty": 2.0}, 400, "length_penalty"),
+    ({"num_beams": 4, "stream": True}, 400, "stream"),  # beam search is not streamed (seed 004)
+    ({"length_penalty": 2.0}, 400, "length_penalty"),  # only for beam search
     ({"encoder_repetition_penalty": 1.1}, 400, "encoder_repetition_penalty"),
     ({"prompt_cache_isolation_key": "tenant-a"}, 400, "prompt_cache_isolation_key"),
     ({"service_tier": "priority"}, 400, "service_tier"),

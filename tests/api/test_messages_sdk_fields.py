@@ -173,7 +173,7 @@ def test_accepted_values_are_served(sdk, fields):
         {"type": "browser_state", "tabs": []}]}]}]}, "messages.[0].content.[0].content.[0]", "browser_state"),
     ({"output_config": {"effort": "low"}}, "output_config.effort", "effort"),
     ({"thinking": {"type": "adaptive"}}, "thinking", "reason"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}}, "thinking", "reason"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}}, "thinking", "omitted"),
     ({"messages": [{"role": "user", "content": [
         {"type": "search_result", "source": "https://x", "title": "X", "content": [{"type": "text", "text": "x"}]}]}]},
      "messages.[0].content.[0]", "search_result"),

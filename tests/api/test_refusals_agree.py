@@ -1,6 +1,7 @@
 """The dialects agree on what they cannot serve: a value that asks for nothing is accepted by
 every dialect that has the field, and a value that asks for an unserved feature is refused
-by each with the same reason (api/core/refusals.py)."""
+by each with the same reason (api/core/refusals.py). The app's model does not reason, so
+every dialect refuses reasoning with the same words, served or not."""
 
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ BASES = {
 }
 # (dialect, field, a value that asks for nothing, a value that asks for the feature, its reason)
 CASES = [
-    ("completions", "reasoning_effort", "none", "high", refusals.REASONING),
-    ("chat", "reasoning_effort", "none", "high", refusals.REASONING),
-    ("responses", "reasoning", {"effort": "none"}, {"effort": "high"}, refusals.REASONING),
-    ("completions", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.REASONING),
-    ("chat", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.REASONING),
-    ("messages", "thinking", {"type": "disabled"}, {"type": "enabled", "budget_tokens": 2048}, refusals.REASONING),
-    ("completions", "reasoning_history", "disabled", "preserved", refusals.REASONING),
-    ("chat", "reasoning_history", "disabled", "preserved", refusals.REASONING),
+    ("completions", "reasoning_effort", "none", "high", refusals.NOT_REASONING),
+    ("chat", "reasoning_effort", "none", "high", refusals.NOT_REASONING),
+    ("responses", "reasoning", {"effort": "none"}, {"effort": "high"}, refusals.NOT_REASONING),
+    ("completions", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.NOT_REASONING),
+    ("chat", "thinking", {"type": "disabled"}, {"type": "enabled"}, refusals.NOT_REASONING),
+    ("messages", "thinking", {"type": "disabled"}, {"type": "enabled", "budget_tokens": 2048},
+     refusals.NOT_REASONING),
+    ("completions", "reasoning_history", "disabled", "preserved", refusals.NOT_REASONING),
+    ("chat", "reasoning_history", "disabled", "preserved", refusals.NOT_REASONING),
     ("completions", "service_tier", "default", "priority", "default service tier"),
     ("chat", "service_tier", "auto", "priority", "default service tier"),
     ("responses", "service_tier", "default", "flex", "default service tier"),

@@ -46,7 +46,7 @@ def test_a_body_without_input_is_400_naming_it(client):
     ({"text": {"verbosity": "low"}}, "text.verbosity"),
     ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
     ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
-    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input.[0].id"),
+    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input.[0]"),  # no answer follows it
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.[0].id"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_obfuscation": False}}, "stream_options"),

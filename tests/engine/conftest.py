@@ -29,9 +29,15 @@ def smollm2_int8_engine(smollm2_checkpoint, smollm2_tokenizer) -> Engine:
 
 
 @pytest.fixture(scope="session")
-def tiny_engine_factory(smollm2_tokenizer):
+def tiny_engine_checkpoint(smollm2_tokenizer):
+    """The tiny random model `tiny_engine_factory`'s engines serve (for reference forwards)."""
+    return tiny_checkpoint(smollm2_tokenizer.vocab_size)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine_factory(smollm2_tokenizer, tiny_engine_checkpoint):
     """Engines over one tiny random model, each with its own EngineConfig."""
-    checkpoint = tiny_checkpoint(smollm2_tokenizer.vocab_size)
+    checkpoint = tiny_engine_checkpoint
 
     def make(config: EngineConfig) -> Engine:
         engine = Engine(checkpoint, smollm2_tokenizer, config)

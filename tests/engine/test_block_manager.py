@@ -217,3 +217,34 @@ def test_random_operations_never_write_a_shared_page(seed):
         manager.free(seq)
     assert manager.num_free_pages == 23
     assert all(manager.ref_count(page) == 0 for page in range(24))
+
+
+def test_a_fork_shares_every_page_and_copies_only_the_shared_page_it_writes():
+    manager = BlockManager(num_pages=12, page_size=4)
+    parent = admit_and_compute(manager, list(range(10)))  # pages: full, full, 2 of 4 tokens
+    children = [make_seq(list(range(10)), f"c{i}") for i in range(2)]
+    for child in children:
+        manager.fork(parent, child)
+        assert child.block_table == parent.block_table and child.num_computed_tokens == 10
+    assert [manager.ref_count(page) for page in parent.block_table] == [3, 3, 3]
+    free = manager.num_free_pages
+    source, destination = manager.copy_on_write(children[0])
+    assert source == parent.block_table[2] and destination not in parent.block_table
+    assert children[0].block_table == parent.block_table[:2] + [destination]
+    assert manager.ref_count(source) == 2 and manager.num_free_pages == free - 1
+    assert manager.copy_on_write(children[1]) == (source, children[1].block_table[2])
+    assert manager.copy_on_write(parent) is None  # the last holder writes its own page
+    for seq in (parent, *children):
+        manager.free(seq)
+    assert manager.usage == 0
+
+
+def test_a_fork_at_a_page_edge_copies_nothing():
+    manager = BlockManager(num_pages=8, page_size=4)
+    parent = admit_and_compute(manager, list(range(8)))  # two full pages: the next token opens a third
+    child = make_seq(list(range(8)), "c")
+    manager.fork(parent, child)
+    assert manager.copy_on_write(child) is None and manager.copy_on_write(parent) is None
+    manager.append(child, 1)
+    manager.append(parent, 1)
+    assert child.block_table[2] != parent.block_table[2]

@@ -10,7 +10,6 @@ import pytest
 from engine.config import EngineConfig
 from engine.request import Request, SamplingParams, StopCriteria
 from numpy_reference import forward
-from tiny_models import tiny_checkpoint
 
 CONFIG = EngineConfig(max_model_len=128, max_num_seqs=4, max_num_batched_tokens=32, page_size=4, num_pages=200)
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77]
@@ -22,8 +21,8 @@ def engine(tiny_engine_factory):
 
 
 @pytest.fixture(scope="module")
-def checkpoint(smollm2_tokenizer):
-    return tiny_checkpoint(smollm2_tokenizer.vocab_size)  # the weights the factory's engines serve
+def checkpoint(tiny_engine_checkpoint):
+    return tiny_engine_checkpoint
 
 
 def run(engine, request: Request, outputs: list | None = None):

@@ -1,0 +1,324 @@
+"""Beam search (host side): a request's beams are ordinary decode rows; the host picks the
+next beams from all their candidates at once (engine/sampling/beams.py makes those).
+
+One search starts from its prompt's sequence, the single root beam. Each step every live
+beam's row proposes its best BEAM_CANDIDATES tokens; once every live beam has proposed,
+`select` ranks all (beam, token) pairs by the search type's key and walks the best
+2 x num_beams of them, as Hugging Face's beam search does: an end token whose rank is
+below num_beams finishes a hypothesis (the beam with that token), any other pair becomes
+a new beam, until num_beams new beams are found. Scores are summed logprobs; a hypothesis
+ranks by score / (its output length, end token included) ** length_penalty.
+
+The search ends when num_beams hypotheses are in and either `early_stopping` is set or no
+running beam's normalized score could beat the worst of them (Hugging Face's heuristic);
+when the beams reach max_tokens or the engine's length limit (the running beams then count
+as hypotheses, finish reason "length"); or, with stop token ids, when every running beam
+contains one (Friendli's rule: the beams then end after their first stop token).
+
+New beams fork their parent's sequence (`fork`): they share its KV pages through the
+block manager's reference counts, and the one page a beam writes next, when its parent's
+last page is partly filled and shared, is copied first (`BlockManager.copy_on_write`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.request import BEAM_MODES, SEED_MODULUS, BeamResult, BeamSearchParams, RequestOutput
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence, SequenceStatus
+from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+
+
+DETERMINISTIC, NAIVE_SAMPLING, STOCHASTIC = (BEAM_MODES[name] for name in ("DETERMINISTIC", "NAIVE_SAMPLING",
+                                                                           "STOCHASTIC"))
+BEAM_SEED_SALT = 0x6265616D  # sets beam seeds apart from choice seeds (engine/request.py choice_seeds)
+
+
+@dataclass
+class Beam:
+    """A live hypothesis: its sequence, its summed logprob and, for stochastic beam search,
+    its summed sampling logprob (phi) and perturbed score."""
+
+    seq: Sequence
+    score: float = 0.0
+    logprobs: list[float] = field(default_factory=list)  # per output token
+    phi: float = 0.0
+    perturbed: float = 0.0  # the root's is 0 (Kool et al.)
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One beam row's candidates, as the sampler ranked them (NumPy arrays, best first)."""
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    sampling_logprobs: np.ndarray
+    keys: np.ndarray
+
+
+def candidate_row(candidates, index: int) -> CandidateRow:
+    """Row `index` of a step's BeamCandidates (host copies)."""
+    return CandidateRow(**{f.name: getattr(candidates, f.name)[index] for f in dataclasses.fields(CandidateRow)})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A (beam, next token) pair, ranked by `key`."""
+
+    key: float
+    beam: Beam
+    token: int
+    logprob: float
+    sampling_logprob: float
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+    def score(self, length_penalty: float) -> float:
+        return sum(self.logprobs) / (len(self.token_ids) ** length_penalty)
+
+
+def beam_seed(seed: int, slot: int) -> int:
+    """The seed of the beam in `slot`: distinct per slot, so beams draw independent noise."""
+    return seed if slot == 0 else hash((seed, slot, BEAM_SEED_SALT)) % SEED_MODULUS  # ints hash alike in every process
+
+
+def perturbed_child(parent: float, row_max: float, child: float) -> float:
+    """Kool et al.'s conditioned Gumbel: the child's perturbed score given that the largest
+    of its siblings' (`row_max`) equals the parent's, -log(e^-parent - e^-row_max + e^-child),
+    as parent - softplus(parent - child + log(1 - e^(child - row_max))), which keeps its
+    precision where the exponentials would overflow or cancel (their appendix)."""
+    with np.errstate(divide="ignore"):  # the best child: log(0) = -inf, and the result is the parent's
+        u = parent - child + log1mexp(min(child - row_max, 0.0))
+    return float(parent - np.logaddexp(0.0, u))
+
+
+def log1mexp(x: float) -> float:
+    """log(1 - e^x) for x <= 0, precise near 0 and far below it."""
+    return float(np.log(-np.expm1(x)) if x > -0.6931 else np.log1p(-np.exp(x)))
+
+
+class BeamSearch:
+    """The beams, candidates and finished hypotheses of one beam-search request."""
+
+    def __init__(self, root: Sequence, params: BeamSearchParams, eos_token_ids: frozenset[int],
+                 max_model_len: int) -> None:
+        self.params = params
+        self.request_id = root.request_id
+        self.seed = root.seed
+        self.root = root
+        temperature = root.sampling.temperature
+        # Sampling types without a temperature have nothing to draw: they are deterministic.
+        self.mode = BEAM_MODES[params.search_type] if temperature > 0 else DETERMINISTIC
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.end_token_ids = eos_token_ids  # finish a hypothesis
+        self.stop_token_ids = frozenset(root.stop.token_ids)  # end the search once in every beam
+        self.max_model_len = max_model_len
+        self.beams = [Beam(root)]
+        self.hypotheses: list[Hypothesis] = []
+        self.proposals: dict[int, CandidateRow] = {}  # by id(seq)
+        self.finished = False
+        root.beam = self
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return [beam.seq for beam in self.beams]
+
+    def offer(self, seq: Sequence, candidates: CandidateRow) -> None:
+        """Record a beam's candidates (a row of BeamCandidates, NumPy arrays)."""
+        self.proposals[id(seq)] = candidates
+
+    @property
+    def ready(self) -> bool:
+        """Whether every live beam has proposed its candidates for this step."""
+        return not self.finished and all(id(beam.seq) in self.proposals for beam in self.beams)
+
+    def ranked(self) -> list[Candidate]:
+        """Every live beam's candidates by global key, best first (banned tokens left out)."""
+        candidates = []
+        for beam in self.beams:
+            row = self.proposals[id(beam.seq)]
+            for key, token, logprob, sampling_logprob in zip(row.keys, row.token_ids, row.logprobs,
+                                                              row.sampling_logprobs):
+                if math.isfinite(key) and math.isfinite(logprob):
+                    candidates.append(Candidate(self._global_key(beam, float(key), float(row.keys[0])), beam,
+                                                int(token), float(logprob), float(sampling_logprob)))
+        return sorted(candidates, key=lambda candidate: -candidate.key)
+
+    def _global_key(self, beam: Beam, key: float, row_max: float) -> float:
+        if self.mode == NAIVE_SAMPLING:
+            return beam.score / self.temperature + key
+        if self.mode == STOCHASTIC:
+            return perturbed_child(beam.perturbed, beam.phi + row_max, beam.phi + key)
+        return beam.score + key
+
+    def select(self) -> list[Candidate]:
+        """The next beams' (parent, token) pairs, best first; finished hypotheses recorded."""
+        num_beams = self.params.num_beams
+        chosen: list[Candidate] = []
+        for rank, candidate in enumerate(self.ranked()[: 2 * num_beams]):
+            if candidate.token in self.end_token_ids:
+                if rank < num_beams:
+                    self._add_hypothesis(self.extended(candidate), "stop")
+                continue
+            chosen.append(candidate)
+            if len(chosen) == num_beams:
+                break
+        self.proposals.clear()
+        return chosen
+
+    def extended(self, candidate: Candidate) -> tuple[list[int], list[float]]:
+        beam = candidate.beam
+        return beam.seq.output_token_ids + [candidate.token], beam.logprobs + [candidate.logprob]
+
+    def _add_hypothesis(self, extended: tuple[list[int], list[float]], reason: str) -> None:
+        """Keep the num_beams best hypotheses."""
+        token_ids, logprobs = extended
+        self.hypotheses.append(Hypothesis(token_ids, logprobs, reason))
+        self.hypotheses.sort(key=lambda hypothesis: -hypothesis.score(self.params.length_penalty))
+        del self.hypotheses[self.params.num_beams:]
+
+    def is_done(self, chosen: list[Candidate]) -> bool:
+        """Whether the hypotheses are final: none can still be beaten, or nothing runs on."""
+        if not chosen:
+            return True
+        if len(self.hypotheses) < self.params.num_beams:
+            return False
+        if self.params.early_stopping:
+            return True
+        worst = self.hypotheses[-1].score(self.params.length_penalty)
+        length = len(chosen[0].beam.seq.output_token_ids) + 1
+        best_running = max(candidate.beam.score + candidate.logprob for candidate in chosen)
+        return best_running / (length ** self.params.length_penalty) <= worst
+
+    def reached_limit(self, chosen: list[Candidate]) -> bool:
+        """Whether the new beams are as long as max_tokens or the engine allows."""
+        seq = chosen[0].beam.seq
+        return (len(seq.output_token_ids) + 1 >= seq.stop.max_tokens
+                or seq.num_tokens + 1 >= self.max_model_len)
+
+    def all_stopped(self, chosen: list[Candidate]) -> bool:
+        """Friendli's rule: every running beam contains a stop token id."""
+        return bool(self.stop_token_ids) and all(
+            any(token in self.stop_token_ids for token in extended)
+            for extended in (self.extended(candidate)[0] for candidate in chosen))
+
+    def close(self, running: list[tuple[list[int], list[float]]], reason: str) -> None:
+        """End the search; `running` (the beams' outputs) join the hypotheses."""
+        for extended in running:
+            self._add_hypothesis(extended, reason)
+        self.finished = True
+
+
+def cut_at_stop(extended: tuple[list[int], list[float]], stop_token_ids: frozenset[int]):
+    """The output up to and including its first stop token."""
+    token_ids, logprobs = extended
+    end = next(index for index, token in enumerate(token_ids) if token in stop_token_ids) + 1
+    return token_ids[:end], logprobs[:end]
+
+
+def advance(search: BeamSearch, chosen: list[Candidate], scheduler: Scheduler) -> list[tuple[int, int]]:
+    """Make `chosen` the live beams: fork each parent once per extra child, append each
+    child's token, drop parents without children. Returns the page copies (source,
+    destination) to run on the device before the next step writes."""
+    children: dict[int, list[Candidate]] = defaultdict(list)
+    for candidate in chosen:
+        children[id(candidate.beam)].append(candidate)
+    beams = []
+    for parent in search.beams:
+        kids = children.get(id(parent), [])
+        if not kids:
+            scheduler.finish(parent.seq, "stop")
+            continue
+        # Forks copy the parent before it takes its own child's token.
+        seqs = [fork(parent.seq, scheduler) for _ in kids[1:]] + [parent.seq]
+        for seq, candidate in zip(seqs, kids[1:] + kids[:1]):
+            seq.append_token(candidate.token)
+            beams.append(child_beam(search, seq, candidate))
+    beams.sort(key=lambda beam: -beam.score)
+    for slot, beam in enumerate(beams):
+        beam.seq.seed = beam_seed(search.seed, slot)
+    search.beams = beams
+    return [pair for beam in beams if (pair := unshare(beam.seq, scheduler)) is not None]
+
+
+def child_beam(search: BeamSearch, seq: Sequence, candidate: Candidate) -> Beam:
+    parent = candidate.beam
+    return Beam(seq, score=parent.score + candidate.logprob, logprobs=parent.logprobs + [candidate.logprob],
+                phi=parent.phi + candidate.sampling_logprob,
+                perturbed=candidate.key if search.mode == STOCHASTIC else 0.0)
+
+
+def fork(parent: Sequence, scheduler: Scheduler) -> Sequence:
+    """A new sequence with `parent`'s tokens and (shared) pages, next to it in the queues."""
+    child = Sequence(parent.request_id, parent.prompt_token_ids, parent.sampling, parent.seed, parent.stop,
+                     parent.end_token_ids)
+    child.token_ids = list(parent.token_ids)
+    child.num_cached_tokens = parent.num_cached_tokens
+    child.beam = parent.beam
+    child.set_embeddings(parent.embeddings)
+    scheduler.fork(parent, child)
+    return child
+
+
+def unshare(seq: Sequence, scheduler: Scheduler) -> tuple[int, int] | None:
+    """Copy-on-write for the page `seq` writes next; without a free page, `seq` gives its
+    pages back and is recomputed later instead."""
+    if seq.status is not SequenceStatus.RUNNING:
+        return None
+    try:
+        return scheduler.block_manager.copy_on_write(seq)
+    except RuntimeError:
+        scheduler.requeue(seq)
+        return None
+
+
+def step(search: BeamSearch, scheduler: Scheduler) -> list[tuple[int, int]]:
+    """One selection once every beam has proposed: the page copies it needs (none once the
+    search has ended, its sequences finished)."""
+    chosen = search.select()
+    if search.is_done(chosen):
+        search.close([], "stop")
+    elif search.all_stopped(chosen):
+        search.close([cut_at_stop(search.extended(c), search.stop_token_ids) for c in chosen], "stop")
+    elif search.reached_limit(chosen):
+        search.close([search.extended(candidate) for candidate in chosen], "length")
+    else:
+        return advance(search, chosen, scheduler)
+    for seq in search.sequences:
+        scheduler.finish(seq, "stop")
+    return []
+
+
+def final_output(search: BeamSearch, tokenizer: Tokenizer) -> RequestOutput:
+    """The search's one output: every hypothesis, best first; the best one's tokens and text."""
+    penalty = search.params.length_penalty
+    ends = search.end_token_ids | search.stop_token_ids
+    prompt = search.root.prompt_token_ids
+    beams = [BeamResult(token_ids=hypothesis.token_ids, text=text_of(tokenizer, prompt, hypothesis.token_ids, ends),
+                        score=hypothesis.score(penalty), cumulative_logprob=sum(hypothesis.logprobs),
+                        finish_reason=hypothesis.finish_reason)
+             for hypothesis in search.hypotheses]
+    best = beams[0] if beams else BeamResult([], "", 0.0, 0.0, "length")
+    return RequestOutput(request_id=search.request_id, new_token_ids=list(best.token_ids), text=best.text,
+                         finish_reason=best.finish_reason, num_prompt_tokens=len(prompt),
+                         num_cached_tokens=search.root.num_cached_tokens, num_output_tokens=len(best.token_ids),
+                         seed=search.seed, beams=beams)
+
+
+def text_of(tokenizer: Tokenizer, prompt: list[int], token_ids: list[int], end_token_ids: frozenset[int]) -> str:
+    """A hypothesis's text: its tokens after the prompt, an end token's own text left out."""
+    if token_ids and token_ids[-1] in end_token_ids:
+        token_ids = token_ids[:-1]
+    detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids=prompt, skip_special_tokens=True)
+    return detokenizer.push(token_ids) + detokenizer.flush()
