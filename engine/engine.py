@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import beam_search
+from engine import beam_step
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -28,7 +28,7 @@ from engine.request import SEED_MODULUS, Request, RequestOutput
 from engine.runner import InFlight, ModelRunner, RowPlan
 from engine.sampling import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
+from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.speculation import SpeculationConfig, follows_prediction
 from engine.tokenizer import Tokenizer
@@ -241,25 +241,14 @@ class Engine:
                 if output.request_id in verified else output for output in outputs]
 
     def _advance_beams(self, scheduled: SchedulerOutput, step) -> list[RequestOutput]:
-        """Hand each beam row's candidates to its search; every search whose beams have all
-        proposed picks its next beams (their page copies go to the device now, ahead of the
-        next step) or ends with its one output."""
-        searches = {}
-        for index, item in enumerate(scheduled.scheduled):
-            search = item.seq.beam
-            if search is None or not item.needs_sample or item.seq.status is not SequenceStatus.RUNNING:
-                continue
-            search.offer(item.seq, beam_search.candidate_row(step.beams, index))
-            searches[id(search)] = search
-        outputs = []
-        for search in searches.values():
-            if not search.ready:
-                continue
-            self.runner.copy_pages(beam_search.step(search, self.scheduler))
-            if search.finished:
-                self._beam_searches.pop(search.request_id, None)
-                outputs.append(beam_search.final_output(search, self.tokenizer))
-        return outputs
+        """Beam rows' candidates to their searches (engine/beam_step.py): the page copies of
+        the next beams go to the device now, ahead of the next step, and every search that
+        ended answers with its one output."""
+        copies, ended = beam_step.land(scheduled, step.beams, self.scheduler)
+        self.runner.copy_pages(copies)
+        for search in ended:
+            self._beam_searches.pop(search.request_id, None)
+        return [beam_step.final_output(search, self.tokenizer) for search in ended]
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
         """The runner's rows for a step: each chunk's tokens, pages, and sampling inputs."""

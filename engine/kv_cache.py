@@ -48,3 +48,15 @@ def kv_cache_bytes(model: ModelConfig, engine: EngineConfig) -> int:
     for size in kv_cache_shape(model, engine):
         num_elements *= size
     return 2 * num_elements * jnp.dtype(resolve_dtype(engine.dtype)).itemsize
+
+
+COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)
+
+
+def copy_pages(kv_cache: KVCache, sources, destinations) -> KVCache:
+    """The cache with pages `sources` [n] copied onto `destinations` [n], every layer.
+    Destinations are distinct (fresh pages) apart from padding, which copies page 0 onto itself."""
+    def copy(pages):  # [layers, pages, page_size, kv_heads, head_dim]
+        return pages.at[:, destinations].set(pages[:, sources])
+
+    return KVCache(k=copy(kv_cache.k), v=copy(kv_cache.v))

@@ -29,7 +29,7 @@ from engine.attention import checked as checked_attention
 from engine.attention import resolve as resolve_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
-from engine.kv_cache import KVCache, init_kv_cache
+from engine.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
 from engine.model import Llama
 from engine.request import EmbeddingReplacement
 from engine.sampling.beams import BeamCandidates
@@ -79,18 +79,6 @@ class StepOutput:
     mirostat_mu: np.ndarray  # [rows] float32
     prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
     beams: BeamCandidates | None = None  # NumPy arrays [rows, candidates]; None when no beam row
-
-
-COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)
-
-
-def copy_pages(kv_cache: KVCache, sources, destinations) -> KVCache:
-    """The cache with pages `sources` [n] copied onto `destinations` [n], every layer.
-    Destinations are distinct (fresh pages) apart from padding, which copies page 0 onto itself."""
-    def copy(pages):  # [layers, pages, page_size, kv_heads, head_dim]
-        return pages.at[:, destinations].set(pages[:, sources])
-
-    return KVCache(k=copy(kv_cache.k), v=copy(kv_cache.v))
 
 
 def token_spans(rows: list[RowPlan]) -> list[slice]:

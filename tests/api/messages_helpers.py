@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import httpx2
+
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 URL = "/v1/messages"
@@ -47,3 +49,17 @@ def anthropic_error(response, status: int) -> dict:
     assert payload["type"] == "error" and set(payload) <= {"type", "error", "request_id"}
     assert set(payload["error"]) == {"type", "message"}
     return payload["error"]
+
+
+class AppTransport(httpx2.BaseTransport):
+    """Sends each of the `anthropic` SDK's requests through the test client, as it is, and
+    hands back the app's answer."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        answer = self.client.request(request.method, str(request.url), headers=list(request.headers.multi_items()),
+                                     content=request.read())
+        return httpx2.Response(answer.status_code, headers=list(answer.headers.multi_items()),
+                               content=answer.content, request=request)

@@ -4,7 +4,7 @@ chat logprobs, and a conversation that ends in a tool loop."""
 
 from __future__ import annotations
 
-from qwen3_tiny import QWEN3_ADDED_TOKENS, byte_level_alphabet
+from qwen3_tiny import QWEN3_ADDED_TOKENS
 
 MODEL_ID = "SmolLM2-135M-Instruct"  # the app's served name; the weights are the tiny model's
 ADDED_IDS = {content: 128 + index for index, (content, _) in enumerate(QWEN3_ADDED_TOKENS)}
@@ -12,6 +12,18 @@ START_ID, END_ID = ADDED_IDS["<think>"], ADDED_IDS["</think>"]
 EOS_IDS = (ADDED_IDS["<|im_end|>"], ADDED_IDS["<|endoftext|>"])
 # Thinking that never ends by itself and never stops: the budget must end it.
 NEVER_ENDS = {str(token): -100 for token in (END_ID, *EOS_IDS)}
+
+
+def posted(client, url: str, body: dict, status: int = 200) -> dict:
+    """POST `body` to `url`, which must answer `status`; the answer's JSON."""
+    response = client.post(url, json=body)
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def rendered(tokenizer, messages, **variables) -> list[int]:
+    """The prompt ids the chat template makes of `messages` (with template `variables`)."""
+    return tokenizer.encode(tokenizer.render_chat(messages, **variables), add_special_tokens=False)
 
 
 def token_id(text: str) -> int:

@@ -17,8 +17,8 @@ import pytest
 from api.core.reasoning import EFFORT_BUDGETS, ENABLED_EFFORT
 from chat_helpers import URL, sse_payloads
 from engine.reasoning import DEFAULT_BUDGET_END
-from reasoning_helpers import (CALL, END_ID, MODEL_ID, NEVER_ENDS, START_ID, TOOL, logprob_ids, split_ids, texts,
-                               tool_loop)
+from reasoning_helpers import (CALL, END_ID, MODEL_ID, NEVER_ENDS, START_ID, TOOL, logprob_ids, posted, rendered,
+                               split_ids, texts, tool_loop)
 
 USER = [{"role": "user", "content": "What is 6 x 7?"}]
 
@@ -33,19 +33,11 @@ def body(**fields) -> dict:
 
 
 def chat(client, **fields) -> dict:
-    response = client.post(URL, json=body(**fields))
-    assert response.status_code == 200, response.text
-    return response.json()
+    return posted(client, URL, body(**fields))
 
 
 def error_param(client, **fields) -> str:
-    response = client.post(URL, json=body(**fields))
-    assert response.status_code == 400, response.text
-    return response.json()["error"]["param"]
-
-
-def rendered(tokenizer, messages, **variables) -> list[int]:
-    return tokenizer.encode(tokenizer.render_chat(messages, **variables), add_special_tokens=False)
+    return posted(client, URL, body(**fields), status=400)["error"]["param"]
 
 
 FORMS = [("none", 0), ("minimal", 512), ("low", 1024), ("medium", 4096), ("high", 16384), ("xhigh", 32768),

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from reasoning_helpers import END_ID, NEVER_ENDS, START_ID, texts
+from reasoning_helpers import END_ID, NEVER_ENDS, START_ID, posted, texts
 
 PROMPT = "Q: What is 6 x 7?\nA:"
 
@@ -25,15 +25,11 @@ def body(**fields) -> dict:
 
 
 def complete(client, path="/v1/completions", **fields) -> dict:
-    response = client.post(path, json=body(**fields))
-    assert response.status_code == 200, response.text
-    return response.json()
+    return posted(client, path, body(**fields))
 
 
 def error_param(client, path="/v1/completions", **fields) -> str:
-    response = client.post(path, json=body(**fields))
-    assert response.status_code == 400, response.text
-    return response.json()["error"]["param"]
+    return posted(client, path, body(**fields), status=400)["error"]["param"]
 
 
 def streamed(client, **fields) -> list[dict]:

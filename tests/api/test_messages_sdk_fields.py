@@ -18,24 +18,10 @@ from anthropic.types.message_create_params import MessageCreateParamsBase
 
 from api_helpers import rendered_ids
 from generated import flint
-from messages_helpers import MODEL_ID, USER_HI
+from messages_helpers import MODEL_ID, USER_HI, AppTransport
 
 GREEDY = {"temperature": 0}  # the SDK's create() has no sampling arguments any more
 HEADERS_ONLY = {"user_profile_id", "workspace_id"}  # create() sends these as headers, not in the body
-
-
-class AppTransport(httpx2.BaseTransport):
-    """Sends each of the SDK's requests through the test client, as it is, and hands back
-    the app's answer."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        answer = self.client.request(request.method, str(request.url), headers=list(request.headers.multi_items()),
-                                     content=request.read())
-        return httpx2.Response(answer.status_code, headers=list(answer.headers.multi_items()),
-                               content=answer.content, request=request)
 
 
 @pytest.fixture(scope="module")

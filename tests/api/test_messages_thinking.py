@@ -13,8 +13,8 @@ import pytest
 from api.messages.thinking import signature, signing_key
 from engine.reasoning import DEFAULT_BUDGET_END
 from generated.flint import MessageStreamEvent
-from messages_helpers import URL, anthropic_error, named_events
-from reasoning_helpers import CALL, MODEL_ID
+from messages_helpers import URL, AppTransport, anthropic_error, named_events
+from reasoning_helpers import CALL, MODEL_ID, posted, rendered
 
 QUESTION = [{"role": "user", "content": "What is 6 x 7?"}]
 
@@ -34,17 +34,11 @@ def body(**fields) -> dict:
 
 
 def create(client, **fields) -> dict:
-    response = client.post(URL, json=body(**fields))
-    assert response.status_code == 200, response.text
-    return response.json()
+    return posted(client, URL, body(**fields))
 
 
 def error(client, **fields) -> dict:
     return anthropic_error(client.post(URL, json=body(**fields)), 400)
-
-
-def rendered(tokenizer, messages, **variables) -> list[int]:
-    return tokenizer.encode(tokenizer.render_chat(messages, **variables), add_special_tokens=False)
 
 
 def test_a_thinking_budget_ends_the_thinking_block(client, key):
@@ -56,19 +50,6 @@ def test_a_thinking_budget_ends_the_thinking_block(client, key):
     assert reply["usage"]["output_tokens"] == 1040 and reply["stop_reason"] == "max_tokens"
     assert error(client, thinking={"type": "enabled", "budget_tokens": 1024}, max_tokens=1024)["message"].startswith(
         "`thinking.budget_tokens`")
-
-
-class AppTransport(httpx2.BaseTransport):
-    """The SDK's requests through the module's test client (as tests/api/test_messages_sdk_fields.py)."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        answer = self.client.request(request.method, str(request.url), headers=list(request.headers.multi_items()),
-                                     content=request.read())
-        return httpx2.Response(answer.status_code, headers=list(answer.headers.multi_items()),
-                               content=answer.content, request=request)
 
 
 def test_the_sdk_assembles_the_thinking_and_text_blocks_of_a_stream(client, key):

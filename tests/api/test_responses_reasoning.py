@@ -10,7 +10,7 @@ import pytest
 from api.core.reasoning import EFFORT_BUDGETS
 from engine.reasoning import DEFAULT_BUDGET_END
 from generated.flint import ResponseStreamEvent
-from reasoning_helpers import CALL, MODEL_ID
+from reasoning_helpers import CALL, MODEL_ID, posted, rendered
 from responses_helpers import URL, named_events
 
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"]  # OpenAI's levels
@@ -26,19 +26,11 @@ def body(**fields) -> dict:
 
 
 def create(client, **fields) -> dict:
-    response = client.post(URL, json=body(**fields))
-    assert response.status_code == 200, response.text
-    return response.json()
+    return posted(client, URL, body(**fields))
 
 
 def error_param(client, **fields) -> str:
-    response = client.post(URL, json=body(**fields))
-    assert response.status_code == 400, response.text
-    return response.json()["error"]["param"]
-
-
-def rendered(tokenizer, messages, **variables) -> list[int]:
-    return tokenizer.encode(tokenizer.render_chat(messages, **variables), add_special_tokens=False)
+    return posted(client, URL, body(**fields), status=400)["error"]["param"]
 
 
 @pytest.mark.parametrize("effort", EFFORTS)
