@@ -12,10 +12,12 @@ from api.core.admission import require_serving
 from api.core.errors import OPENAI_ERRORS, handlers_by_path
 from api.core.registry import Registry
 from api.lifecycle import EngineFactory, EngineLifecycle, load_engine
+from api.logs import logging_config
 from api.messages import route as messages
 from api.messages.errors import ANTHROPIC_ERRORS
+from api.middleware import wrap_app
 from api.responses import route as responses
-from api.routes import health, metrics, models
+from api.routes import health, metrics, models, openapi
 from api.settings import Settings
 from api.core.state import ServerState
 from api.tokens import route as tokens
@@ -54,11 +56,14 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     routers.append(Router("/", route_handlers=tokens.HANDLERS, guards=guards))
     # Friendli's serverless base URL, for clients of its token_sampled / complete events.
     routers.append(Router(completions.SERVERLESS_PREFIX, route_handlers=completions.SERVERLESS_HANDLERS, guards=guards))
-    return Litestar(
-        route_handlers=[health.health, metrics.metrics, *routers],
+    # Every answer, routed or not, carries X-Request-Id and is logged (api/middleware.py).
+    return wrap_app(Litestar(
+        route_handlers=[health.health, metrics.metrics, openapi.openapi_json, *routers],
         state=State({"server": server, "lifecycle": lifecycle}),
         on_startup=[lifecycle.start],
         on_shutdown=[lifecycle.stop],
         exception_handlers=handlers_by_path(OPENAI_ERRORS, ERROR_SHAPES),
         request_max_body_size=settings.max_body_bytes,
-    )
+        openapi_config=None,  # Litestar's own /schema would contradict /openapi.json (api/openapi.py)
+        logging_config=logging_config(settings.log_format),
+    ))

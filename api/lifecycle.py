@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from api.multihost import LeaderLink
 from api.settings import Settings
 from api.core.state import ServerState
 from engine.async_engine import AsyncEngine
@@ -110,6 +111,7 @@ class EngineLifecycle:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loader: threading.Thread | None = None
         self._watch = CompileCounter(on_program=compiled_while_serving)
+        self.group: LeaderLink | None = None  # a multi-host leader's link to its followers
 
     async def start(self) -> None:
         # The store first: a database that cannot be reached stops start-up at once.
@@ -130,6 +132,11 @@ class EngineLifecycle:
             self.error = error
             self._fail(error)
             return
+        if self.settings.topology is not None:  # before the first step: the followers replay them all
+            self.group = LeaderLink(self.settings.topology, self.settings.follower_timeout)
+            loop = self._loop
+            self.group.attach(engine.engine.runner,
+                              lambda message: loop.call_soon_threadsafe(self._followers_lost, message))
         engine.start()
         self._watch.start()
         threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
@@ -153,8 +160,15 @@ class EngineLifecycle:
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
 
     def _engine_died(self, error: BaseException) -> None:
-        log.error("the engine thread stopped on an error; the server stops serving", exc_info=error)
+        group = " (in a multi-host group: a follower process may have died)" if self.group else ""
+        log.error("the engine thread stopped on an error%s; the server stops serving", group, exc_info=error)
         self._fail(error)
+
+    def _followers_lost(self, message: str) -> None:
+        log.error("%s; the server stops serving", message)
+        self._fail(RuntimeError(message))
+        # The engine thread waits on the follower, maybe for ever: end its streams now.
+        self.cut_off_generations()
 
     def _fail(self, error: BaseException) -> None:
         self.server.phase = "failed"
@@ -166,6 +180,11 @@ class EngineLifecycle:
         """Whether the load thread still runs: a compile cannot be interrupted, so it
         outlives `stop()` when the server is stopped while starting."""
         return self._loader is not None and self._loader.is_alive()
+
+    @property
+    def engine_blocked(self) -> bool:
+        """Whether the engine thread may wait forever on a follower that stopped answering."""
+        return self.group is not None and bool(self.group.lost)
 
     async def wait_until_serving(self) -> None:
         """Returns once the engine runs (re-raises a load failure)."""
@@ -179,14 +198,24 @@ class EngineLifecycle:
         if self.server.phase in ("starting", "ok"):
             self.server.phase = "draining"
 
+    def cut_off_generations(self) -> None:
+        """End the generations still running with an error (shutdown's timeout ran out, or the
+        engine cannot go on): each stream ends with its dialect's error event."""
+        if num_open := self.server.cut_off_generations():
+            log.warning("%d generation(s) still running were ended with an error", num_open)
+
     async def stop(self) -> None:
         self.drain()
+        self.cut_off_generations()  # any still open end with an error before the engine stops
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
         if self.server.engine is not None:
-            await asyncio.to_thread(self.server.engine.stop)
+            if not self.engine_blocked:  # else its thread never ends: `flint serve` leaves without it
+                await asyncio.to_thread(self.server.engine.stop)
             self.server.engine = None
             self._watch.stop()
+        if self.group is not None:
+            await asyncio.to_thread(self.group.stop)
         await self.server.store.close()
 
 

@@ -2,11 +2,20 @@
 
 Each app owns a CollectorRegistry rather than using the process-wide default, so several apps
 in one process (the tests) keep separate counts. Names follow vLLM's (`vllm:` becomes `flint:`);
-a ':' is valid in Prometheus metric names."""
+a ':' is valid in Prometheus metric names. The families that Kubernetes gateways and
+autoscalers read (the Gateway API Inference Extension, KEDA, ...) are also exposed under their
+vLLM names, with vLLM's `model_name` and `engine` labels: re-emitted from the same metrics at
+scrape time, so both names always agree and each observation is recorded once. The registry
+also has the process collector (`process_resident_memory_bytes`, ...), which only the default
+registry has on its own."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from engine.engine import EngineStats
 
@@ -17,15 +26,21 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5)
 
+FLINT_PREFIX, VLLM_PREFIX = "flint:", "vllm:"
+
 
 class Metrics:
-    """The server's Prometheus metrics; `ServerState.metrics`."""
+    """The server's Prometheus metrics; `ServerState.metrics`. `model_name`: the served
+    model's id, the `model_name` label of the vLLM-named families."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "") -> None:
         self.registry = CollectorRegistry()
         self._running = self._gauge("num_requests_running", "Requests the engine is computing now.")
         self._waiting = self._gauge("num_requests_waiting", "Requests queued for the engine.")
         self._kv_usage = self._gauge("kv_cache_usage_perc", "Fraction of KV-cache pages in use, 0 to 1.")
+        self._pages_in_use = self._gauge("kv_cache_pages_in_use", "KV-cache pages held by sequences.")
+        self._pages_cached = self._gauge("kv_cache_pages_cached",
+                                         "KV-cache pages holding a prefix-cache entry, held or evictable.")
         self._prompt_tokens = Counter("flint:prompt_tokens", "Prompt tokens of finished requests.",
                                       registry=self.registry)
         self._generation_tokens = Counter("flint:generation_tokens", "Generated tokens of finished requests.",
@@ -36,6 +51,10 @@ class Metrics:
                                      PER_TOKEN_BUCKETS)
         self._e2e = self._histogram("e2e_request_latency_seconds", "Time from arrival to the last token.",
                                     LATENCY_BUCKETS)
+        vllm_named = [self._running, self._waiting, self._kv_usage, self._prompt_tokens, self._generation_tokens,
+                      self._ttft, self._tpot, self._e2e]
+        self.registry.register(VllmNames(vllm_named, {"model_name": model_name, "engine": "0"}))
+        ProcessCollector(registry=self.registry)
 
     def record_request(self, *, prompt_tokens: int, generation_tokens: int,
                        time_to_first_token: float | None, time_per_output_token: float | None,
@@ -57,10 +76,36 @@ class Metrics:
         self._running.set(load.num_running)
         self._waiting.set(load.num_waiting)
         self._kv_usage.set(load.kv_cache_usage)
+        self._pages_in_use.set(load.num_pages_in_use)
+        self._pages_cached.set(load.num_cached_pages)
         return generate_latest(self.registry)
 
     def _gauge(self, name: str, documentation: str) -> Gauge:
-        return Gauge(f"flint:{name}", documentation, registry=self.registry)
+        return Gauge(f"{FLINT_PREFIX}{name}", documentation, registry=self.registry)
 
     def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
-        return Histogram(f"flint:{name}", documentation, buckets=buckets, registry=self.registry)
+        return Histogram(f"{FLINT_PREFIX}{name}", documentation, buckets=buckets, registry=self.registry)
+
+
+class VllmNames(Collector):
+    """Flint's `sources` again under their `vllm:` names, each sample with `labels` added."""
+
+    def __init__(self, sources: list[Collector], labels: dict[str, str]) -> None:
+        self.sources = sources
+        self.labels = labels
+
+    def collect(self) -> Iterable[Metric]:
+        for source in self.sources:
+            for family in source.collect():
+                yield renamed(family, self.labels)
+
+
+def renamed(family: Metric, labels: dict[str, str]) -> Metric:
+    copy = Metric(vllm_name(family.name), family.documentation, family.type, family.unit)
+    copy.samples = [sample._replace(name=vllm_name(sample.name), labels={**labels, **sample.labels})
+                    for sample in family.samples]
+    return copy
+
+
+def vllm_name(name: str) -> str:
+    return VLLM_PREFIX + name.removeprefix(FLINT_PREFIX)

@@ -1,8 +1,10 @@
 """`flint serve`: settings from the command line, and uvicorn with Flint's shutdown rules.
 
 On SIGTERM or Ctrl-C the API turns to 503 "draining" at once; uvicorn stops accepting
-connections and gives in-flight requests up to `--shutdown-timeout` seconds before
-cancelling them; then the app's shutdown hook stops the engine and the process exits 0.
+connections and gives in-flight requests up to `--shutdown-timeout` seconds to finish; then
+the generations still running end with an error (a stream with its dialect's error event, not
+a cut connection), what is left is cancelled shortly after, the app's shutdown hook stops the
+engine and the process exits 0.
 A model that fails to load, or an engine that stops on an error while serving, ends the
 process with status 1, so that a supervisor starts it again. Flags that cannot work (a model
 that is not there, limits that contradict each other, more devices than JAX sees) end it at
@@ -15,6 +17,7 @@ restart loads them rather than compiling them again."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import socket
@@ -24,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from api.settings import MIB, Settings, default_compilation_cache, default_data_dir
+from api.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
+from api.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
 from engine.config import ATTENTIONS, AUTO, QUANTIZATIONS, SPECULATIVE, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
@@ -34,6 +38,9 @@ DTYPES = (AUTO, "float32", "bfloat16", "float16")
 EXIT_FAILED = 1  # the model could not load, or the engine stopped on an error
 EXIT_BAD_ARGUMENTS = 2
 EXIT_STARTUP_FAILED = 3  # the server could not start (the port is taken, ...)
+# Seconds between the end of --shutdown-timeout, when the generations still running are
+# broken off, and uvicorn cancelling what is left: time for their error events to go out.
+BREAK_OFF_GRACE = 2.0
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
@@ -46,7 +53,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-waiting", type=at_least(0), default=server.max_waiting,
                        help="queued generation requests before new ones get 429 (default: %(default)s)")
     serve.add_argument("--shutdown-timeout", type=at_least(0, float), default=server.shutdown_timeout,
-                       help="seconds in-flight requests may take to finish after SIGTERM (default: %(default)s)")
+                       help="seconds in-flight requests may take to finish after SIGTERM; generations still "
+                            "running then end with an error (default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=at_least(1), default=server.max_body_bytes,
                        help=f"largest request body; larger ones get 413 "
                             f"(default: %(default)s, {server.max_body_bytes // MIB} MiB)")
@@ -87,6 +95,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--allow-special-tokens-in-content", action="store_true",
                        help="parse special-token text inside chat message content as control tokens (by "
                             "default it is plain text, so no message can forge a role marker)")
+    serve.add_argument("--log-format", default=server.log_format, choices=LOG_FORMATS,
+                       help="log lines as text, or as one JSON object a line (timestamp, level, logger, "
+                            "message, request_id), with one access line per request (default: %(default)s)")
+    add_multihost_arguments(serve)
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,7 +170,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
                     max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,
                     compilation_cache=compilation_cache_from_args(args, args.data_dir),
-                    allow_special_tokens_in_content=args.allow_special_tokens_in_content)
+                    allow_special_tokens_in_content=args.allow_special_tokens_in_content,
+                    log_format=args.log_format, topology=topology_from_args(args),
+                    follower_timeout=args.follower_timeout)
 
 
 def check_tensor_parallel_size(size: int) -> None:
@@ -197,6 +211,21 @@ class FlintServer(uvicorn.Server):
         self.failed = True
         self.should_exit = True
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn cancels the tasks still running when its graceful timeout is over, which
+        # cuts a stream off mid-event. Flint's timeout ends first: the generations still
+        # running end with their dialect's error event, and uvicorn (BREAK_OFF_GRACE later)
+        # finds their answers complete.
+        breaking_off = asyncio.create_task(self._break_off_after(self.lifecycle.settings.shutdown_timeout))
+        try:
+            await super().shutdown(sockets)
+        finally:
+            breaking_off.cancel()
+
+    async def _break_off_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.lifecycle.cut_off_generations()
+
     def exit_status(self) -> int:
         if not self.started:
             return EXIT_STARTUP_FAILED
@@ -218,11 +247,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def serve(args: argparse.Namespace) -> int:
     from api.app import create_app
-    from engine.loader.source import ModelNotFoundError
+    from api.logs import uvicorn_logging
+    from engine.loader.source import ModelNotFoundError, resolve_model
 
     try:
         settings = settings_from_args(args)
+        if settings.topology is not None:  # before anything starts JAX's backend
+            join_group(settings.topology, settings.follower_timeout)
         check_tensor_parallel_size(settings.engine.mesh_shape[0])
+        if settings.topology is not None and not settings.topology.is_leader:
+            resolve_model(settings.model)  # a model that is not there: status 2 at once, as for the leader
+            return serve_as_follower(settings)
         app = create_app(settings)
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)
@@ -233,15 +268,26 @@ def serve(args: argparse.Namespace) -> int:
         print(f"flint: cannot listen on {settings.host}:{settings.port}: {error.strerror or error}", file=sys.stderr)
         return EXIT_STARTUP_FAILED
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
-                            timeout_graceful_shutdown=settings.shutdown_timeout)
+                            timeout_graceful_shutdown=settings.shutdown_timeout + BREAK_OFF_GRACE,
+                            **uvicorn_logging(settings.log_format))
     server = FlintServer(config, app.state.lifecycle)
     server.run(sockets=[sock])
     status = server.exit_status()
-    if app.state.lifecycle.is_loading:
-        # Stopped while the model compiles. The compile cannot be interrupted, and a thread
-        # still inside XLA when the interpreter finalizes aborts the process; leave now.
+    if app.state.lifecycle.is_loading or app.state.lifecycle.engine_blocked:
+        # Stopped while the model compiles, or while a step waits on a follower that stopped
+        # answering. Neither can be interrupted, and a thread still inside XLA when the
+        # interpreter finalizes aborts the process; leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
     return status
 
+
+
+def serve_as_follower(settings: Settings) -> int:
+    """A follower of a multi-host group: no HTTP, only the model's share and the leader's steps."""
+    from api.lifecycle import load_engine
+    from api.logs import logging_config
+
+    logging_config(settings.log_format).configure()
+    return run_follower(settings, load_engine)

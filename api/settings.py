@@ -7,8 +7,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.config import EngineConfig
+from engine.multihost import Topology
 
 MIB = 1024 * 1024
+LOG_FORMATS = ("text", "json")  # --log-format (api/logs.py)
 # Settings.compilation_cache's default: computed from data_dir (see default_compilation_cache).
 _IN_DATA_DIR: Any = object()
 
@@ -55,6 +57,13 @@ class Settings:
     # Parse special-token strings inside message content as control tokens (the old
     # behaviour); by default they are plain text, so no message can forge a role marker.
     allow_special_tokens_in_content: bool = False
+    # How log lines are written: "text", or "json" (one object a line, with an access line per
+    # request; api/logs.py).
+    log_format: str = "text"
+    # Several processes serving one model (api/multihost.py); None: this process alone.
+    topology: Topology | None = None
+    # Seconds without a follower's heartbeat before the leader stops serving.
+    follower_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if self.compilation_cache is _IN_DATA_DIR:

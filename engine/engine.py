@@ -53,6 +53,10 @@ class EngineStats:
     num_running: int
     num_waiting: int
     kv_cache_usage: float  # fraction of the allocatable KV pages held, 0 to 1
+    # The same held pages as a count (what a leak check compares with 0), and the pages
+    # holding a prefix-cache entry, held or evictable: those are free to take, not leaked.
+    num_pages_in_use: int = 0
+    num_cached_pages: int = 0
 
 
 class Engine:
@@ -159,8 +163,10 @@ class Engine:
         """Current counts. Safe enough to call from another thread while the engine steps:
         each figure is the length of a list, deque or dict (atomic under the GIL), so a
         reading may straddle a step, off by a request or page for one scrape, but never raises."""
+        blocks = self.block_manager
         return EngineStats(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
-                           kv_cache_usage=self.block_manager.usage)
+                           kv_cache_usage=blocks.usage, num_pages_in_use=blocks.num_pages - 1 - blocks.num_free_pages,
+                           num_cached_pages=blocks.num_cached_pages)
 
     def step(self) -> list[RequestOutput]:
         """Run one batch (a window of decode steps when every row decodes, see

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -31,66 +30,12 @@ from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddin
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
 from engine.model import Llama
-from engine.request import EmbeddingReplacement
-from engine.sampling.beams import BeamCandidates
-from engine.sampling.logprobs import PromptLogprobs, TokenLogprobs, empty_prompt_logprobs, prompt_logprobs
+from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
-from engine.sampling.inputs import RowSampling, fill_row
+from engine.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
+from engine.sampling.inputs import fill_row
 from engine.sharding import make_mesh, replicated, served_shardings
 from engine.weights import resolve_dtype, serving_weights
-
-
-@dataclass
-class RowPlan:
-    """One sequence's share of a step: tokens to compute from `start`, and how to sample."""
-
-    token_ids: list[int]
-    start: int  # position of token_ids[0] (= tokens of this sequence already in the cache)
-    block_table: list[int]
-    sampling: RowSampling | None = None  # None: nothing is sampled for this row this step
-    next_token_ids: list[int] | None = None  # per token, the prompt token after it (-1: none), for prompt logprobs
-    # Input embeddings for some of token_ids (by their positions in the sequence), in place of
-    # the tokens' own (engine/embeddings.py).
-    embeddings: tuple[EmbeddingReplacement, ...] = ()
-
-    @property
-    def sample(self) -> bool:
-        return self.sampling is not None
-
-
-@dataclass
-class InFlight:
-    """Steps dispatched to the device and not yet collected (ModelRunner.dispatch)."""
-
-    rows: list[RowPlan]
-    batch: BatchInputs  # the host batch the steps started from (its bucket, its prompt rows)
-    num_steps: int
-    results: object  # device arrays: each step's SampleResult, stacked
-    prompt: object  # device arrays: the first step's prompt logprobs
-    next_batch: BatchInputs  # on the device: the inputs of the step after the last
-
-
-@dataclass
-class StepOutput:
-    """Host copies of one step's results, one row per RowPlan."""
-
-    tokens: np.ndarray  # [rows] int32, -1 where nothing was sampled
-    logprobs: TokenLogprobs | None  # NumPy arrays [rows, ...], raw logits too; None when no row asked
-    mirostat_mu: np.ndarray  # [rows] float32
-    prompt_logprobs: list[PromptLogprobs | None]  # per row: NumPy arrays over its tokens
-    beams: BeamCandidates | None = None  # NumPy arrays [rows, candidates]; None when no beam row
-
-
-def token_spans(rows: list[RowPlan]) -> list[slice]:
-    """Where each row's tokens lie in the batch, in row order: every single-token row first,
-    then the rows of several tokens (so that the first `rows` tokens hold every decode)."""
-    order = sorted(range(len(rows)), key=lambda index: len(rows[index].token_ids) > 1)
-    spans: list[slice] = [slice(0)] * len(rows)
-    cursor = 0
-    for index in order:
-        spans[index] = slice(cursor, cursor + len(rows[index].token_ids))
-        cursor = spans[index].stop
-    return spans
 
 
 class ModelRunner:
@@ -117,6 +62,9 @@ class ModelRunner:
         self._compiled: dict[int, Callable] = {}
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
+        # On a multi-host leader: publishes each device operation for the followers to
+        # replay (engine/multihost.py), before it starts here.
+        self.publish: Callable[[tuple], None] | None = None
 
     def _forward_and_sample(self, state, kv_cache, batch: BatchInputs, num_steps):
         """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.
@@ -180,6 +128,9 @@ class ModelRunner:
                 return bucket
         raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.config.token_buckets[-1]}")
 
+    def ensure_compiled(self, bucket: int) -> None:
+        self._compile(bucket)
+
     def _compile(self, bucket: int) -> Callable:
         """The step for `bucket`, compiled from shapes alone: it may run in a background
         thread while steps run, and the cache arrays it would otherwise read are donated."""
@@ -190,6 +141,8 @@ class ModelRunner:
             num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
             lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
             self._compiled[bucket] = lowered.compile()
+            if jax.process_count() > 1:  # host arrays onto a multi-process mesh pass a small program per shape
+                jax.device_put(self._empty_batch(bucket), sharding)
         return self._compiled[bucket]
 
     def _empty_batch(self, bucket: int) -> BatchInputs:
@@ -207,11 +160,17 @@ class ModelRunner:
         """Start `num_steps` steps of `rows` on the device and return without waiting."""
         self._check_steps(num_steps)
         batch = self.pack(rows)
+        self._publish(("dispatch", batch, num_steps))
+        return self.launch(batch, num_steps, rows)
+
+    def launch(self, batch: BatchInputs, num_steps: int, rows: list[RowPlan] | None = None) -> InFlight:
+        """Start the steps of a packed batch (what `dispatch` does after packing; a multi-host
+        follower starts the leader's batches so)."""
         compiled = self._compiled.get(batch.num_tokens)
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
-        return self._launch(compiled, rows, batch, device_batch, num_steps)
+        return self._launch(compiled, rows or [], batch, device_batch, num_steps)
 
     def dispatch_next(self, flight: InFlight, rows: list[RowPlan], num_steps: int) -> InFlight:
         """Start the decode window that follows `flight`, before its results are back: the
@@ -221,8 +180,17 @@ class ModelRunner:
         tables = np.zeros(flight.batch.block_tables.shape, np.int32)
         for index, row in enumerate(rows):
             tables[index, : len(row.block_table)] = row.block_table
+        self._publish(("dispatch_next", tables, num_steps))
+        return self.launch_next(flight, tables, num_steps, rows)
+
+    def launch_next(self, flight: InFlight, tables: np.ndarray, num_steps: int,
+                    rows: list[RowPlan] | None = None) -> InFlight:
         device_batch = dataclasses.replace(flight.next_batch, block_tables=jax.device_put(tables, replicated(self.mesh)))
-        return self._launch(self._compiled[flight.batch.num_tokens], rows, flight.batch, device_batch, num_steps)
+        return self._launch(self._compiled[flight.batch.num_tokens], rows or [], flight.batch, device_batch, num_steps)
+
+    def _publish(self, operation: tuple) -> None:
+        if self.publish is not None:
+            self.publish(operation)
 
     def _check_steps(self, num_steps: int) -> None:
         if not 1 <= num_steps <= self.config.max_decode_steps:
@@ -244,7 +212,7 @@ class ModelRunner:
                   results.beams if wants_beams else None)
         # Sliced on the host: slicing device arrays would compile a program per shape.
         tokens, mirostat_mu, logprobs, beams = jax.tree_util.tree_map(
-            lambda a: np.asarray(a)[:num_steps, : len(rows)], jax.device_get(wanted))
+            lambda a: np.asarray(a)[:num_steps, : len(rows)], host_copy(wanted))
         sampled = np.asarray([row.sample for row in rows])
         prompt_rows = self._prompt_rows(rows, flight.batch, flight.prompt)
         return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
@@ -258,6 +226,8 @@ class ModelRunner:
         """Copy KV pages (source, destination) on the device, in dispatch order: after every
         step dispatched so far, before any dispatched later (beams forking a shared page).
         COPY_BATCH pairs a call, padded with the null page onto itself: one executable."""
+        if pairs:
+            self._publish(("copy_pages", pairs))
         for start in range(0, len(pairs), COPY_BATCH):
             chunk = pairs[start: start + COPY_BATCH]
             padded = np.zeros((COPY_BATCH, 2), np.int32)
@@ -269,7 +239,7 @@ class ModelRunner:
         """Each row's slice of the prompt logprobs (None for rows that did not ask)."""
         if not (batch.next_token_ids >= 0).any():
             return [None] * len(rows)
-        prompt = jax.device_get(prompt)
+        prompt = host_copy(prompt)
         return [jax.tree_util.tree_map(lambda a: np.asarray(a)[span], prompt) if row.next_token_ids is not None
                 else None for row, span in zip(rows, token_spans(rows))]
 

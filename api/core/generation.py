@@ -7,7 +7,9 @@ token ids, logprobs, finish reason, token counts). Closing the event iterator ea
 client that went away) cancels every choice's task, and each cancelled
 `AsyncEngine.generate` aborts its request, freeing its KV pages before the engine's next
 step. `collect` is the non-streaming reader. The choices' admission (api/core/admission.py)
-is released as each choice ends.
+is released as each choice ends. At shutdown, generations still open when the timeout runs
+out are broken off (`ServerState.cut_off_generations`): their events raise a 503, which a
+stream tells as its dialect's error event, and their engine requests are aborted.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from api.core.admission import release
-from api.core.errors import ApiError, engine_failed
+from api.core.errors import ApiError, engine_failed, generation_cut_off
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
 from engine.async_engine import EngineDeadError
@@ -86,21 +88,36 @@ class Generation:
         self.usage = Usage()
         self.timing = Timing()
         self._unreleased = len(choices)
+        self._queue: asyncio.Queue | None = None  # while the events are read
+        self._broken_off: ApiError | None = None  # what the events raise next (`break_off`)
 
     def release(self) -> None:
         """Give back the admission of the choices that have not ended (idempotent)."""
         release(self.server, self._unreleased)
         self._unreleased = 0
 
+    def break_off(self, error: ApiError) -> None:
+        """Make the events raise `error` next, before any event still queued, which ends every
+        choice (see ServerState.cut_off_generations)."""
+        self._broken_off = error
+        if self._queue is not None:
+            self._queue.put_nowait(error)  # wakes the reader
+
     async def events(self) -> AsyncIterator[ChoiceEvent]:
         """Every choice's events as they come; the iterator ends when all choices finished."""
         queue: asyncio.Queue = asyncio.Queue()
+        self._queue = queue
+        self.server.open_generations.add(self)
+        if self.server.generations_cut_off:
+            self.break_off(generation_cut_off())
         tasks = [asyncio.create_task(self._run_choice(choice, queue)) for choice in self.choices]
         timer = self._start_timer(queue)
         running = len(tasks)
         try:
             while running:
                 item = await queue.get()
+                if self._broken_off is not None:
+                    raise self._broken_off
                 if item is _CHOICE_DONE:
                     running -= 1
                     continue
@@ -117,6 +134,8 @@ class Generation:
                 self._observe(item)
                 yield item
         finally:
+            self.server.open_generations.discard(self)
+            self._queue = None
             if timer is not None:
                 timer.cancel()
             self.timing.finished = time.monotonic()

@@ -25,6 +25,7 @@ from api.core.registry import Registry
 from api.core.sse import prefetched, sse_response
 from api.core.validation import read_json_body
 from api.core.state import ServerState
+from api.request_id import engine_request_id
 
 
 class Plan(Protocol):
@@ -60,7 +61,8 @@ async def generate(dialect: Dialect, request: Request, server: ServerState) -> R
     server.require_model(body.model)
     plan = await dialect.plan(body, server)
     admit(server, len(plan.choices))
-    generation = Generation(server, plan.choices, timeout=plan.timeout)
+    # Named by the request's X-Request-Id where Flint made it (a client's own may not be unique).
+    generation = Generation(server, plan.choices, request_id=engine_request_id(request), timeout=plan.timeout)
     try:
         if plan.stream:
             events = await until_disconnected(request, prefetched(dialect.stream(plan, generation)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from api.core.errors import model_not_found
+from api.core.errors import generation_cut_off, model_not_found
 from api.metrics import Metrics
 from api.settings import Settings
 from api.core.store import Store, store_url
@@ -14,6 +14,9 @@ from engine.async_engine import AsyncEngine
 from engine.engine import EngineStats
 from engine.loader.source import ModelSource
 from engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from api.core.generation import Generation
 
 # "failed": the engine could not load, or its thread stopped on an error; `flint serve`
 # exits (status 1), /health says so meanwhile.
@@ -32,7 +35,8 @@ class ServerState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     # Set once the engine has loaded and compiled (phase "ok"); None while starting.
     engine: AsyncEngine | None = None
-    metrics: Metrics = field(default_factory=Metrics)
+    # Labelled with the served model's id (the vLLM-named families' model_name).
+    metrics: Metrics = field(init=False)
     # Stored chat completions and responses, where the settings say; opened at startup
     # (api/lifecycle.py), before the engine loads.
     store: Store = field(init=False)
@@ -41,8 +45,13 @@ class ServerState:
     # The most bytes any one token stands for (set when the engine loads): text longer than
     # max_model_len times this cannot fit, whatever it tokenizes to.
     max_token_bytes: int = 0
+    # Generations whose events are being read, and whether shutdown has cut them off: once
+    # it has, every generation ends at once with an error (see `cut_off_generations`).
+    open_generations: set[Generation] = field(default_factory=set)
+    generations_cut_off: bool = False
 
     def __post_init__(self) -> None:
+        self.metrics = Metrics(model_name=self.model.id)
         self.store = Store(store_url(self.settings.data_dir, self.settings.store_url))
 
     @property
@@ -57,6 +66,17 @@ class ServerState:
             return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
         stats = self.engine.engine.stats()
         return replace(stats, num_waiting=max(stats.num_waiting, self.engine.num_in_flight - stats.num_running))
+
+    def cut_off_generations(self) -> int:
+        """End every open generation, and any that starts later, with a 503 error (shutdown ran
+        out of time, or the engine cannot go on). A stream ends with its dialect's error event
+        rather than a cut connection, and the engine requests are aborted. Returns how many
+        were open."""
+        self.generations_cut_off = True
+        open_now = list(self.open_generations)
+        for generation in open_now:
+            generation.break_off(generation_cut_off())
+        return len(open_now)
 
     def require_model(self, model: str | None) -> None:
         """A request's `model` may be left out where its spec allows; given, it must name

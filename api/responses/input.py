@@ -30,6 +30,7 @@ TEXT_PART_FIELDS = {"input_text": "text", "output_text": "text", "refusal": "ref
 NON_TEXT_PARTS = {"input_image": "image", "input_file": "file"}
 # The prefix of the ids this server gives items, by item type (as OpenAI's ids read).
 ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+FILLED_IN = ("type", "id", "status")  # an item's fields this server fills in when the client leaves them out
 
 
 def new_id(prefix: str) -> str:
@@ -46,7 +47,9 @@ def request_items(request: CreateResponseRequest) -> list[Item]:
 
 def stored_item(item: Mapping[str, Any]) -> Item:
     """`item` with its type, id and status filled in, and string content as one text part."""
-    stored = {"type": "message", **item}
+    # The generated models accept an explicit null for any optional field: null is missing.
+    stored = {"type": "message", **{key: value for key, value in item.items()
+                                   if not (key in FILLED_IN and value is None)}}
     stored.setdefault("id", new_id(ID_PREFIXES[stored["type"]]))
     stored.setdefault("status", "completed")
     if stored["type"] == "message" and isinstance(stored["content"], str):

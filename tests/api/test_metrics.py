@@ -1,4 +1,6 @@
-"""/metrics: Prometheus text with request counters, latency histograms and engine gauges."""
+"""/metrics: Prometheus text with request counters, latency histograms and engine gauges,
+under Flint's names and again under vLLM's (labelled with the model), and the process's
+own figures."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ GAUGES = ("flint:num_requests_running", "flint:num_requests_waiting", "flint:kv_
 COUNTERS = ("flint:prompt_tokens", "flint:generation_tokens")
 HISTOGRAMS = ("flint:time_to_first_token_seconds", "flint:time_per_output_token_seconds",
               "flint:e2e_request_latency_seconds")
+# What gateways and autoscalers read: every family above, under its vLLM name.
+VLLM_FAMILIES_AS_FLINT = GAUGES + COUNTERS + HISTOGRAMS
+VLLM_FAMILIES = tuple(name.replace("flint:", "vllm:") for name in VLLM_FAMILIES_AS_FLINT)
 
 
 def samples(text: str) -> dict[str, float]:
@@ -36,11 +41,26 @@ def client(tiny_app_factory):
         yield client
 
 
-def scrape(client) -> dict[str, float]:
+def labels_by_family(text: str) -> dict[str, list[dict[str, str]]]:
+    """Each family's samples' labels, histogram bounds left out."""
+    return {family.name: [{key: value for key, value in sample.labels.items() if key != "le"}
+                          for sample in family.samples] for family in text_string_to_metric_families(text)}
+
+
+def scrape_text(client) -> str:
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    return samples(response.text)
+    return response.text
+
+
+def scrape(client) -> dict[str, float]:
+    return samples(scrape_text(client))
+
+
+def vllm_samples(values: dict[str, float]) -> dict[str, float]:
+    """The vllm: samples under the flint: names they stand for."""
+    return {name.replace("vllm:", "flint:", 1): value for name, value in values.items() if name.startswith("vllm:")}
 
 
 def test_every_metric_is_exposed_and_idle(client):
@@ -51,6 +71,17 @@ def test_every_metric_is_exposed_and_idle(client):
         assert f"{counter}_total" in values
     for histogram in HISTOGRAMS:
         assert f"{histogram}_count" in values and f"{histogram}_sum" in values
+    assert values["process_resident_memory_bytes"] > 0  # the process collector is in the app's registry
+
+
+def test_the_vllm_names_carry_the_model_name(client):
+    model_id = client.get("/v1/models").json()["data"][0]["id"]
+    families = labels_by_family(scrape_text(client))
+    for family in VLLM_FAMILIES:
+        assert families[family], family
+        assert all(labels == {"model_name": model_id, "engine": "0"} for labels in families[family]), family
+    # Flint's own names stay unlabelled, as before.
+    assert all(labels == {} for labels in families["flint:num_requests_running"])
 
 
 def test_a_completion_is_counted(client):
@@ -72,6 +103,11 @@ def test_a_completion_is_counted(client):
         assert grew(f"{histogram}_sum") > 0
     assert after["flint:time_to_first_token_seconds_sum"] <= after["flint:e2e_request_latency_seconds_sum"]
     assert after["flint:num_requests_running"] == 0 and after["flint:kv_cache_usage_perc"] == 0
+    assert after["flint:kv_cache_pages_in_use"] == 0
+    # The vLLM names agree with Flint's, sample for sample, after the request too.
+    flint_named = {name: value for name, value in after.items() if name.startswith(tuple(VLLM_FAMILIES_AS_FLINT))}
+    assert vllm_samples(after) == flint_named
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == 8
 
 
 def test_record_request_fills_counters_and_histograms():
@@ -81,7 +117,8 @@ def test_record_request_fills_counters_and_histograms():
     # An aborted request before its first token: counted, with no token times to observe.
     metrics.record_request(prompt_tokens=5, generation_tokens=0, time_to_first_token=None,
                            time_per_output_token=None, e2e_latency=1.5)
-    values = samples(metrics.render(EngineStats(num_running=3, num_waiting=2, kv_cache_usage=0.25)).decode())
+    load = EngineStats(num_running=3, num_waiting=2, kv_cache_usage=0.25, num_pages_in_use=10, num_cached_pages=4)
+    values = samples(metrics.render(load).decode())
     assert values["flint:prompt_tokens_total"] == 12 and values["flint:generation_tokens_total"] == 3
     assert values["flint:time_to_first_token_seconds_count"] == 1
     assert values["flint:time_to_first_token_seconds_sum"] == pytest.approx(0.2)
@@ -92,6 +129,9 @@ def test_record_request_fills_counters_and_histograms():
     assert values["flint:e2e_request_latency_seconds_sum"] == pytest.approx(1.8)
     assert (values["flint:num_requests_running"], values["flint:num_requests_waiting"],
             values["flint:kv_cache_usage_perc"]) == (3, 2, 0.25)
+    assert (values["flint:kv_cache_pages_in_use"], values["flint:kv_cache_pages_cached"]) == (10, 4)
+    assert (values["vllm:num_requests_waiting"], values["vllm:prompt_tokens_total"]) == (2, 12)
+    assert values["vllm:e2e_request_latency_seconds_sum"] == pytest.approx(1.8)
 
 
 def test_each_app_counts_alone():
@@ -114,5 +154,6 @@ def test_engine_stats_follow_the_scheduler(smollm2_tokenizer):
     stats = engine.stats()
     assert (stats.num_running, stats.num_waiting) == (2, 0)
     assert stats.kv_cache_usage == pytest.approx(2 * pages_per_prompt / (config.num_pages - 1))
+    assert stats.num_pages_in_use == 2 * pages_per_prompt
     engine.abort("r0"), engine.abort("r1")
     assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -23,11 +24,14 @@ SMALL_ENGINE_FLAGS = ["--max-model-len", "512", "--max-num-seqs", "1", "--max-nu
                       "--num-pages", "64"]
 
 
-def write_tiny_model(directory: Path, smollm2_checkpoint) -> Path:
-    """A 2-layer random model with SmolLM2's tokenizer, as an Orbax checkpoint `flint serve` loads."""
+def write_tiny_model(directory: Path, smollm2_checkpoint, context_length: int | None = None) -> Path:
+    """A 2-layer random model with SmolLM2's tokenizer, as an Orbax checkpoint `flint serve`
+    loads; `context_length`: its positions, if more than the tiny model's 512 (for streams
+    long enough to outlast a test's timing)."""
     vocab_size = smollm2_checkpoint.config.vocab_size
     tiny = tiny_checkpoint(vocab_size)
-    save_orbax(directory, tiny.config, tiny.params)
+    config = tiny.config if context_length is None else replace(tiny.config, max_position_embeddings=context_length)
+    save_orbax(directory, config, tiny.params)
     write_gguf_tokenizer(smollm2_checkpoint.gguf_fields, directory)
     return directory
 
