@@ -80,14 +80,14 @@ def run_follower(settings: Settings, load: Callable[[Settings], object]) -> int:
     reader = OperationReader(client)
     heartbeat = Heartbeat(client, settings.topology.process_id, reader)
     heartbeat.start()  # beats while the model loads and compiles, too
-    deadline = install_stop_deadline(settings.shutdown_timeout + STOP_WAIT)
+    deadline = StopDeadline(settings.shutdown_timeout + STOP_WAIT)
     try:
         engine = load(settings)
         # The buckets start-up left, as the leader compiles them; one the leader uses first
         # is compiled when its step arrives.
         threading.Thread(target=engine.compile_remaining, name="flint-compile", daemon=True).start()
         log.info("following the leader at %s", settings.topology.coordinator_address)
-        follow(engine.runner, reader, lambda: deadline[0] is not None and time.monotonic() > deadline[0])
+        follow(engine.runner, reader, deadline.passed)
     except Exception:
         log.exception("the group failed: this follower stops")
         return 1
@@ -98,18 +98,22 @@ def run_follower(settings: Settings, load: Callable[[Settings], object]) -> int:
     return 0
 
 
-def install_stop_deadline(grace: float) -> list[float | None]:
-    """On SIGTERM or SIGINT, a deadline `grace` seconds on (in a one-item list the follower
-    reads); a second signal ends the wait at once."""
-    deadline: list[float | None] = [None]
+class StopDeadline:
+    """Installed as the SIGTERM and SIGINT handler: the first signal sets a deadline `grace`
+    seconds on, a second one ends the wait at once."""
 
-    def on_signal(_sig, _frame) -> None:
-        deadline[0] = time.monotonic() + grace if deadline[0] is None else 0.0
-        log.info("told to stop: waiting for the leader's stop (at most %.0f s)", grace)
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.at: float | None = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    return deadline
+    def _on_signal(self, _sig, _frame) -> None:
+        self.at = time.monotonic() + self.grace if self.at is None else 0.0
+        log.info("told to stop: waiting for the leader's stop (at most %.0f s)", self.grace)
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() > self.at
 
 
 class LeaderLink:
@@ -148,7 +152,7 @@ class LeaderLink:
         deadline = time.monotonic() + STOP_WAIT
         while waiting and time.monotonic() < deadline:
             waiting = {process for process in waiting if not self._has_stopped(process)}
-            threading.Event().wait(0.1)
+            time.sleep(0.1)
         if waiting:
             log.warning("followers %s did not confirm the stop", sorted(waiting))
 

