@@ -4,6 +4,7 @@ embedded SmolLM2 checkpoint and tokenizer (loaded once per session), and tiny ra
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
@@ -45,6 +46,39 @@ def use_compilation_cache(directory: Path) -> None:
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# Clearing jax's caches costs about a second a module (small programs compile again), so it
+# waits until this many of the process's 65,530 memory mappings are taken.
+MAPPINGS_BEFORE_CLEARING = 35_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """Before each module, let go of the programs the finished modules' engines compiled.
+
+    XLA:CPU maps every compiled kernel into its own small memory areas, and one process
+    may hold only `vm.max_map_count` (65,530) of them. The suite compiles thousands of
+    programs in this one process: kept until exit, they ran it out of mappings, and LLVM
+    aborted the run ("Fatal Python error: Aborted" in a fixture's compile). Collecting
+    finished engines unmaps most of their code; clearing jax's caches unmaps the rest.
+    (Done at a module's start: at the last one's teardown its final test still holds its
+    fixtures.)"""
+    gc.collect()
+    if memory_mappings() > MAPPINGS_BEFORE_CLEARING:
+        import jax
+        jax.clear_caches()
+        gc.collect()
+    yield
+
+
+def memory_mappings() -> int:
+    """How many memory areas this process has mapped (every one, where /proc can't tell)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return MAPPINGS_BEFORE_CLEARING + 1
 
 
 def pytest_unconfigure(config) -> None:

@@ -1,4 +1,4 @@
-"""Engine fixtures: a compiled SmolLM2 engine (once per session) and engines over a tiny random model."""
+"""Engine fixtures: compiled SmolLM2 engines (full precision and int8) and engines over a tiny random model."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from tiny_models import tiny_checkpoint
 SMOLLM2_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=256, num_pages=600)
 
 
-@pytest.fixture(scope="session")
+# Module scope: only test_engine_smollm2 uses them, and compiled SmolLM2 engines kept to the
+# end of the run hold memory mappings the rest of the suite needs (tests/conftest.py).
+@pytest.fixture(scope="module")
 def smollm2_engine(smollm2_checkpoint, smollm2_tokenizer) -> Engine:
     engine = Engine(smollm2_checkpoint, smollm2_tokenizer, SMOLLM2_ENGINE)
     engine.runner.warmup()
     return engine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def smollm2_int8_engine(smollm2_checkpoint, smollm2_tokenizer) -> Engine:
     engine = Engine(smollm2_checkpoint, smollm2_tokenizer, dataclasses.replace(SMOLLM2_ENGINE, quantization="int8"))
     engine.runner.warmup()
