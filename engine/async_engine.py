@@ -5,13 +5,17 @@ commands (add, abort) to a queue the thread drains before every step; outputs tr
 to each request's asyncio.Queue through the caller's event loop. While nothing is running
 the thread blocks on the command queue rather than spinning.
 
-If a step raises, the thread stops: every request still streaming gets EngineDeadError,
-later calls to `generate` raise it at once, and the owner hears of it through `on_death`.
+A request that fails on its own (engine/faults.py: its grammar, its text, its data) ends
+its stream with RequestFailedError, and the thread serves on. If a step itself raises (the
+device, a collective), the thread stops: every request still streaming gets
+EngineDeadError, later calls to `generate` raise it at once, and the owner hears of it
+through `on_death`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -19,9 +23,15 @@ from collections.abc import AsyncIterator, Callable
 from engine.engine import Engine
 from engine.request import Request, RequestOutput
 
+log = logging.getLogger("flint")
+
 
 class EngineDeadError(RuntimeError):
     """The engine thread stopped on an error; no request can be served any more."""
+
+
+class RequestFailedError(RuntimeError):
+    """One request failed on its own (its cause chained); the engine serves the others."""
 
 
 class AsyncEngine:
@@ -70,7 +80,7 @@ class AsyncEngine:
             self._raise_if_dead()
             while not finished:
                 output = await outputs.get()
-                if isinstance(output, ValueError):  # refused when the thread added it
+                if isinstance(output, (ValueError, RequestFailedError)):  # refused, or failed alone
                     finished = True
                     raise output
                 if isinstance(output, BaseException):
@@ -131,13 +141,19 @@ class AsyncEngine:
                 self.engine.add_request(payload)
             except ValueError as error:
                 self._deliver_to(payload.request_id, error)
+            except Exception as error:  # the request's own host work (engine/faults.py)
+                log.error("request %s could not be added; the engine serves on", payload.request_id, exc_info=error)
+                self._deliver_to(payload.request_id, request_failed(payload.request_id, error))
         elif kind == "abort":
             output = self.engine.abort(payload)
             if output is not None:
                 self._deliver(output)
 
     def _deliver(self, output: RequestOutput) -> None:
-        self._deliver_to(output.request_id, output)
+        if output.error is not None:
+            self._deliver_to(output.request_id, request_failed(output.request_id, output.error))
+        else:
+            self._deliver_to(output.request_id, output)
 
     def _deliver_to(self, request_id: str, item) -> None:
         stream = self._streams.get(request_id)
@@ -147,3 +163,9 @@ class AsyncEngine:
                 loop.call_soon_threadsafe(outputs.put_nowait, item)
             except RuntimeError:  # that caller's event loop has closed: nobody is listening
                 pass
+
+
+def request_failed(request_id: str, error: BaseException) -> RequestFailedError:
+    failure = RequestFailedError(f"request {request_id} failed: {type(error).__name__}: {error}")
+    failure.__cause__ = error
+    return failure

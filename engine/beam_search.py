@@ -33,6 +33,7 @@ from engine.sequence import Sequence
 
 DETERMINISTIC, NAIVE_SAMPLING, STOCHASTIC = (BEAM_MODES[name] for name in ("DETERMINISTIC", "NAIVE_SAMPLING",
                                                                            "STOCHASTIC"))
+MAX_EXPONENT = 700.0  # e ** 709 is near the largest double
 BEAM_SEED_SALT = 0x6265616D  # sets beam seeds apart from choice seeds (engine/request.py choice_seeds)
 
 
@@ -81,7 +82,15 @@ class Hypothesis:
     finish_reason: str
 
     def score(self, length_penalty: float) -> float:
-        return sum(self.logprobs) / (len(self.token_ids) ** length_penalty)
+        return length_normalized(sum(self.logprobs), len(self.token_ids), length_penalty)
+
+
+def length_normalized(total_logprob: float, length: int, length_penalty: float) -> float:
+    """total_logprob / length ** length_penalty, as a power of e whose exponent is clamped:
+    the request's bounds keep it finite, and this keeps a float power from ever raising
+    OverflowError on the engine thread."""
+    exponent = min(max(length_penalty * math.log(max(length, 1)), -MAX_EXPONENT), MAX_EXPONENT)
+    return total_logprob / math.exp(exponent)
 
 
 def beam_seed(seed: int, slot: int) -> int:
@@ -195,7 +204,7 @@ class BeamSearch:
         worst = self.hypotheses[-1].score(self.params.length_penalty)
         length = len(chosen[0].beam.seq.output_token_ids) + 1
         best_running = max(candidate.beam.score + candidate.logprob for candidate in chosen)
-        return best_running / (length ** self.params.length_penalty) <= worst
+        return length_normalized(best_running, length, self.params.length_penalty) <= worst
 
     def reached_limit(self, chosen: list[Candidate]) -> bool:
         """Whether the new beams are as long as max_tokens or the engine allows."""

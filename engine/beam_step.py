@@ -11,6 +11,7 @@ next step). A search that ends finishes its sequences and answers once (`final_o
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from engine.beam_search import (STOCHASTIC, Beam, BeamSearch, Candidate, beam_seed, candidate_row, cut_at_stop)
 from engine.request import BeamResult, RequestOutput
@@ -19,10 +20,11 @@ from engine.sequence import Sequence, SequenceStatus
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
-def land(scheduled: SchedulerOutput, candidates, scheduler: Scheduler) -> tuple[list[tuple[int, int]],
-                                                                                list[BeamSearch]]:
+def land(scheduled: SchedulerOutput, candidates, scheduler: Scheduler,
+         on_fault: Callable[[Sequence, BaseException], None]) -> tuple[list[tuple[int, int]], list[BeamSearch]]:
     """Offer each beam row's candidates (the step's BeamCandidates, host copies) to its
-    search and step the searches that are ready: (the page copies to run, the searches that ended)."""
+    search and step the searches that are ready: (the page copies to run, the searches that
+    ended). A search whose step raises fails alone, through `on_fault` (engine/faults.py)."""
     searches = {}
     for index, item in enumerate(scheduled.scheduled):
         search = item.seq.beam
@@ -32,7 +34,11 @@ def land(scheduled: SchedulerOutput, candidates, scheduler: Scheduler) -> tuple[
         searches[id(search)] = search
     copies, ended = [], []
     for search in (search for search in searches.values() if search.ready):
-        copies += step(search, scheduler)
+        try:
+            copies += step(search, scheduler)
+        except Exception as error:
+            on_fault(search.root, error)
+            continue
         if search.finished:
             ended.append(search)
     return copies, ended

@@ -18,15 +18,16 @@ from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
-from engine.embeddings import check_embeddings, replaced_between
+from engine.embeddings import check_embeddings
+from engine.faults import ERROR, failed_output
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.output import OutputStage, speculation_counts
-from engine.reasoning import answer_tokens, answer_words, banned_tokens, forced_token
+from engine.reasoning import answer_tokens
 from engine.request import SEED_MODULUS, Request, RequestOutput
+from engine.rows import row_plan
 from engine.runner import InFlight, ModelRunner, RowPlan
-from engine.sampling import RowSampling
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
@@ -72,13 +73,15 @@ class Engine:
         self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids or checkpoint.config.eos_token_ids)
-        self.output = OutputStage(tokenizer, self.scheduler, self.eos_token_ids, config.max_model_len)
+        self.output = OutputStage(tokenizer, self.scheduler, self.eos_token_ids, config.max_model_len,
+                                  on_fault=self._fail)
         self.grammars = GrammarCompiler(tokenizer, checkpoint.config.vocab_size, self.eos_token_ids)
         self.masks = GrammarMasks(checkpoint.config.vocab_size)
         self._sequences: dict[str, Sequence] = {}  # unfinished sequences by request id
         self._beam_searches: dict[str, BeamSearch] = {}  # unfinished beam searches by request id
         self._seeds = random.Random(config.seed)
         self._in_flight: Flight | None = None  # a window dispatched behind the last one (step)
+        self._failures: list[RequestOutput] = []  # requests failed on their own this step (engine/faults.py)
         self.speculation = SpeculationConfig(ngram=config.speculative == "ngram",
                                              num_tokens=config.num_speculative_tokens)
 
@@ -110,10 +113,19 @@ class Engine:
         return self.runner.warmup(report, self.runner.remaining_buckets())
 
     def add_request(self, request: Request) -> None:
-        """Queue a request. Raises ValueError when it can never be served."""
+        """Queue a request. Raises ValueError when it can never be served; any other error
+        (its grammar's matcher, its detokenizer) leaves nothing of it behind either."""
         self.validate(request)
         if request.request_id in self._sequences:
             raise ValueError(f"request id {request.request_id!r} is already in use")
+        try:
+            self._add(request)
+        except BaseException:
+            self._sequences.pop(request.request_id, None)
+            self._beam_searches.pop(request.request_id, None)
+            raise
+
+    def _add(self, request: Request) -> None:
         seed = request.sampling.seed if request.sampling.seed is not None else self._seeds.randrange(SEED_MODULUS)
         matcher = self.grammars.matcher(request.grammar) if request.grammar is not None else None
         forced = list(request.sampling.forced_output_tokens)
@@ -148,13 +160,26 @@ class Engine:
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
+        seq = self._finish_request(request_id, "abort")
+        return self.output.aborted(seq) if seq is not None else None
+
+    def _fail(self, seq: Sequence, error: BaseException) -> None:
+        """End `seq`'s request, which failed on its own (engine/faults.py); its output goes
+        out with this step's."""
+        if self._finish_request(seq.request_id, ERROR) is not None:
+            self._failures.append(failed_output(seq, error))
+        while self.scheduler.abort(seq.request_id) is not None:  # a beam forked before the fault
+            pass
+
+    def _finish_request(self, request_id: str, reason: str) -> Sequence | None:
+        """Finish every sequence of the request (its beams too); its root sequence, or None."""
         seq = self._sequences.pop(request_id, None)
         if seq is None:
             return None
         search = self._beam_searches.pop(request_id, None)
         for beam in search.sequences if search is not None else [seq]:
-            self.scheduler.finish(beam, "abort")
-        return self.output.aborted(seq)
+            self.scheduler.finish(beam, reason)
+        return seq
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
@@ -178,11 +203,15 @@ class Engine:
         sampled tokens, so that the device computes while the host lands the results."""
         flight = self._in_flight or self._dispatch_scheduled()
         if flight is None:
-            return []
+            return self._take_failures()
         self._in_flight = self._chain(flight) if self.config.overlap_steps else None
         outputs = self._land(flight)
         self.masks.start(self.scheduler.running)  # the grammars' next masks, while the host goes on
-        return outputs
+        return outputs + self._take_failures()
+
+    def _take_failures(self) -> list[RequestOutput]:
+        failures, self._failures = self._failures, []
+        return failures
 
     def _dispatch_scheduled(self) -> Flight | None:
         scheduled = self.scheduler.schedule()
@@ -250,25 +279,21 @@ class Engine:
         """Beam rows' candidates to their searches (engine/beam_step.py): the page copies of
         the next beams go to the device now, ahead of the next step, and every search that
         ended answers with its one output."""
-        copies, ended = beam_step.land(scheduled, step.beams, self.scheduler)
+        copies, ended = beam_step.land(scheduled, step.beams, self.scheduler, self._fail)
         self.runner.copy_pages(copies)
+        outputs = []
         for search in ended:
             self._beam_searches.pop(search.request_id, None)
-        return [beam_step.final_output(search, self.tokenizer) for search in ended]
+            try:
+                outputs.append(beam_step.final_output(search, self.tokenizer))
+            except Exception as error:
+                self._sequences.pop(search.request_id, None)
+                self._failures.append(failed_output(search.root, error))
+        return outputs
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
-        """The runner's rows for a step: each chunk's tokens, pages, and sampling inputs."""
-        return [
-            RowPlan(
-                token_ids=item.seq.token_ids[item.start: item.start + item.num_new_tokens],
-                start=item.start,
-                block_table=item.seq.block_table,
-                sampling=row_sampling(item.seq, self.masks) if item.needs_sample else None,
-                next_token_ids=next_prompt_ids(item.seq, item.start, item.num_new_tokens),
-                embeddings=replaced_between(item.seq, item.start, item.num_new_tokens),
-            )
-            for item in scheduled.scheduled
-        ]
+        """The runner's rows for a step (engine/rows.py); a row whose own inputs fail fails its request."""
+        return [row_plan(item, self.masks, self._fail) for item in scheduled.scheduled]
 
     def generate(self, requests: list[Request]) -> dict[str, list[int]]:
         """Run requests to completion; returns each one's generated token ids (for tests and tools)."""
@@ -279,26 +304,6 @@ class Engine:
             for output in self.step():
                 generated[output.request_id].extend(output.new_token_ids)
         return generated
-
-
-def row_sampling(seq: Sequence, masks: GrammarMasks) -> RowSampling:
-    """What the sampler needs from `seq` for the token it samples this step."""
-    return RowSampling(
-        params=seq.sampling, seed=seq.seed, token_ids=seq.token_ids, num_prompt_tokens=seq.num_prompt_tokens,
-        end_token_ids=seq.end_token_ids, min_tokens=seq.stop.min_tokens,
-        min_total_tokens=seq.stop.min_total_tokens, mirostat_mu=seq.mirostat_mu,
-        grammar_words=answer_words(seq, masks.take),
-        forced_token_id=forced_token(seq), banned_token_ids=banned_tokens(seq),
-        beam_mode=seq.beam.mode if seq.beam is not None else 0,
-    )
-
-
-def next_prompt_ids(seq: Sequence, start: int, count: int) -> list[int] | None:
-    """For prompt logprobs: each token's following prompt token (-1 past the prompt)."""
-    if seq.sampling.prompt_logprobs is None or start >= seq.num_prompt_tokens - 1:
-        return None
-    follows = seq.token_ids[start + 1: min(start + count + 1, seq.num_prompt_tokens)]
-    return follows + [-1] * (count - len(follows))
 
 
 def tokenizer_for(checkpoint: Checkpoint) -> Tokenizer:

@@ -54,18 +54,22 @@ class GrammarMasks:
 
     def take(self, seq: Sequence) -> np.ndarray:
         """`seq`'s mask for the token it samples next."""
+        self._wait()  # first: a pass that failed forgets its rows
         row, num_tokens = self._rows.get(seq.request_id, (None, None))
         if row is not None and num_tokens == seq.num_tokens:
-            self._wait()
             return self._words[row]
         words = np.empty((1, self.num_words), np.int32)
         llguidance.numpy.fill_next_token_bitmask(seq.matcher, words)
         return words[0]
 
     def _wait(self) -> None:
+        """Wait for the worker's pass. One that raised can't say whose grammar failed: its
+        masks are forgotten, so that `take` computes each one alone, and the sequence whose
+        matcher raises there fails by itself (engine/rows.py)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            pending.result()
+            if pending.exception() is not None:
+                self._rows = {}
 
     def close(self) -> None:
         self._wait()

@@ -23,6 +23,7 @@ Host only: the step's arrays arrive as NumPy copies, read here element by elemen
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.reasoning import ANSWER, END, THOUGHT, ReasoningTrack
@@ -45,11 +46,13 @@ class OutputStage:
     """Detokenization, stop criteria, limits and logprob packaging for every sequence."""
 
     def __init__(self, tokenizer: Tokenizer, scheduler: Scheduler, eos_token_ids: frozenset[int],
-                 max_model_len: int) -> None:
+                 max_model_len: int, on_fault: Callable[[Sequence, BaseException], None] | None = None) -> None:
         self.tokenizer = tokenizer
         self.scheduler = scheduler
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
+        # Told of a sequence whose own output work raised (engine/faults.py); None: raise.
+        self.on_fault = on_fault
 
     def new_sequence(self, request: Request, seed: int, matcher: LLMatcher | None = None) -> Sequence:
         """The sequence of `request`, with its end-token set, a detokenizer after its prompt
@@ -69,11 +72,22 @@ class OutputStage:
         sampled = [int(step.tokens[index]) for index, item in enumerate(scheduled.scheduled) if item.needs_sample]
         grown = self.scheduler.update(scheduled, sampled)
         logits = sampled_logits(scheduled, step)
-        outputs = [with_logit(self._advance(seq, logprobs.get(seq.request_id)), logits.get(seq.request_id))
-                   for seq in grown]
+        outputs = [with_logit(output, logits.get(seq.request_id)) for seq in grown
+                   if (output := self._advance_alone(seq, logprobs.get(seq.request_id))) is not None]
         # A max_tokens 0 request whose prompt is computed: done, with no output token.
         return outputs + [self._end(item.seq, [], "length") for item in scheduled.scheduled
                           if item.seq.is_prefill_only_done]
+
+    def _advance_alone(self, seq: Sequence, logprob: TokenLogprob | None) -> RequestOutput | None:
+        """`_advance`, where an error (its grammar, its detokenizer, its stop strings) fails
+        `seq` alone: None then, its failure reported through `on_fault`."""
+        if self.on_fault is None:
+            return self._advance(seq, logprob)
+        try:
+            return self._advance(seq, logprob)
+        except Exception as error:
+            self.on_fault(seq, error)
+            return None
 
     def aborted(self, seq: Sequence) -> RequestOutput:
         """The last output of a sequence the scheduler has just aborted: the text held back."""

@@ -51,6 +51,9 @@ def choice_seeds(seed: int | list[int] | None, n: int, draw) -> list[int]:
 BEAM_MODES = {"DETERMINISTIC": 1, "NAIVE_SAMPLING": 2, "STOCHASTIC": 3}
 BEAM_SEARCH_TYPES = tuple(BEAM_MODES)
 MAX_BEAMS = 31  # Friendli's bound; the sampler computes 2 x this many candidates per beam
+# Scores divide by length ** length_penalty: at this bound the power stays a finite double
+# for any length a model can reach (2**20 ** 10 = 2**200), where 1e300 overflowed.
+MAX_LENGTH_PENALTY = 10.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class BeamSearchParams:
     finished one scored by its summed logprob over (output length ** length_penalty)."""
 
     num_beams: int = bounded(1, low=1, high=MAX_BEAMS)
-    length_penalty: float = bounded(1.0, low=-math.inf, high=math.inf, integer=False)
+    length_penalty: float = bounded(1.0, low=-MAX_LENGTH_PENALTY, high=MAX_LENGTH_PENALTY, integer=False)
     # Stop once num_beams hypotheses have finished, rather than once no running beam can
     # still beat the worst of them.
     early_stopping: bool = False
@@ -70,6 +73,8 @@ class BeamSearchParams:
             raise ValueError(f"beam search type must be one of {', '.join(BEAM_SEARCH_TYPES)}")
         if not 1 <= self.num_beams <= MAX_BEAMS:
             raise ValueError(f"num_beams must lie in [1, {MAX_BEAMS}]")
+        if not abs(self.length_penalty) <= MAX_LENGTH_PENALTY:  # NaN fails too
+            raise ValueError(f"length_penalty must lie in [{-MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}]")
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,7 @@ class RequestOutput:
     request_id: str
     new_token_ids: list[int]
     text: str
-    finish_reason: str | None  # "stop", "length", "abort", or None while running
+    finish_reason: str | None  # "stop", "length", "abort", "error", or None while running
     num_prompt_tokens: int
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_output_tokens: int  # all generated so far
@@ -185,6 +190,8 @@ class RequestOutput:
     # A beam search's hypotheses, best first, with its one (final) output; the output's own
     # tokens and text are the best one's.
     beams: list[BeamResult] | None = None
+    # Why a request failed on its own (finish_reason "error": engine/faults.py); the engine served on.
+    error: BaseException | None = None
 
     @property
     def finished(self) -> bool:

@@ -10,7 +10,8 @@ stop strings neither (`stop_tokens` are, ending the search once every beam holds
 a DETERMINISTIC search takes no sampling controls (`top_k`, `top_p`, `min_p`,
 `typical_p`, and a temperature other than 0 or 1), since it draws nothing. The sampling
 types (NAIVE_SAMPLING, STOCHASTIC) need a temperature above 0. `length_penalty` and
-`early_stopping` are only for a beam search; `beam_search_type` without one is ignored, as
+`early_stopping` are only for a beam search, and `length_penalty` lies in [-10, 10] (a
+larger exponent overflows the length normalization); `beam_search_type` without one is ignored, as
 the seed says. What a beam does not produce is refused beside it: per-token logprobs and
 logits, streamed events, constrained formats and predicted outputs.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from api.core.errors import invalid
 from api.core.sampling import check_range
-from engine.request import MAX_BEAMS, BeamSearchParams
+from engine.request import MAX_BEAMS, MAX_LENGTH_PENALTY, BeamSearchParams
 
 # Sampling controls a DETERMINISTIC search refuses, with the values that ask for nothing.
 DRAW_CONTROLS = {"top_k": (0, -1), "top_p": (1,), "min_p": (0,), "typical_p": (1,), "temperature": (0, 1)}
@@ -42,8 +43,9 @@ def beam_params(body: Any) -> BeamSearchParams | None:
         return None
     search_type = str(getattr(body.beam_search_type, "value", body.beam_search_type or "DETERMINISTIC"))
     refuse_alongside(body, search_type)
-    return BeamSearchParams(num_beams=num_beams,
-                            length_penalty=1.0 if body.length_penalty is None else float(body.length_penalty),
+    length_penalty = 1.0 if body.length_penalty is None else float(
+        check_range("length_penalty", body.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY))
+    return BeamSearchParams(num_beams=num_beams, length_penalty=length_penalty,
                             early_stopping=bool(body.early_stopping), search_type=search_type)
 
 

@@ -27,7 +27,7 @@ from api.core.admission import release
 from api.core.errors import ApiError, engine_failed, generation_cut_off
 from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
-from engine.async_engine import EngineDeadError
+from engine.async_engine import EngineDeadError, RequestFailedError
 from engine.reasoning import Reasoning
 from engine.request import (BeamSearchParams, EmbeddingReplacement, Grammar, PromptTokenLogprob, Request,
                             RequestOutput, SamplingParams, SpeculationCounts, StopCriteria, TokenLogprob)
@@ -173,6 +173,9 @@ class Generation:
             queue.put_nowait(broken_off(choice, timing.last) if timing.last is not None else engine_failed())
         except ValueError as error:  # the engine refused the request (its own checks)
             queue.put_nowait(ApiError(400, str(error), param="prompt"))
+        except RequestFailedError:  # this request alone (the engine logged why); the engine serves on
+            queue.put_nowait(ApiError(500, "The server had an internal error while generating this request; "
+                                           "other requests are not affected.", error_type="server_error"))
         except Exception as error:
             log.error("a choice failed unexpectedly", exc_info=error)
             queue.put_nowait(ApiError(500, "The server had an internal error while generating.",

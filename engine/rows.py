@@ -1,0 +1,55 @@
+"""A scheduled chunk as the runner's row (RowPlan): its tokens, pages and sampling inputs.
+
+The row's inputs are the request's own host work (its grammar's mask, its thinking
+section's forced and banned tokens, its replaced embeddings). Where that work raises, the
+request fails alone (engine/faults.py) and its row samples a neutral one in the step
+already scheduled: the scheduler drops the token of a finished sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from engine.embeddings import replaced_between
+from engine.faults import neutral_sampling
+from engine.grammar_masks import GrammarMasks
+from engine.reasoning import answer_words, banned_tokens, forced_token
+from engine.sampling import RowSampling
+from engine.scheduler import ScheduledSequence
+from engine.sequence import Sequence
+from engine.step_io import RowPlan
+
+
+def row_plan(item: ScheduledSequence, masks: GrammarMasks,
+             on_fault: Callable[[Sequence, BaseException], None]) -> RowPlan:
+    """The row of one scheduled chunk; `on_fault(seq, error)` where its own inputs fail."""
+    seq, start, count = item.seq, item.start, item.num_new_tokens
+    row = RowPlan(token_ids=seq.token_ids[start: start + count], start=start, block_table=seq.block_table)
+    try:
+        return dataclasses.replace(
+            row, sampling=row_sampling(seq, masks) if item.needs_sample else None,
+            next_token_ids=next_prompt_ids(seq, start, count), embeddings=replaced_between(seq, start, count))
+    except Exception as error:
+        on_fault(seq, error)
+        return dataclasses.replace(row, sampling=neutral_sampling(seq) if item.needs_sample else None)
+
+
+def row_sampling(seq: Sequence, masks: GrammarMasks) -> RowSampling:
+    """What the sampler needs from `seq` for the token it samples this step."""
+    return RowSampling(
+        params=seq.sampling, seed=seq.seed, token_ids=seq.token_ids, num_prompt_tokens=seq.num_prompt_tokens,
+        end_token_ids=seq.end_token_ids, min_tokens=seq.stop.min_tokens,
+        min_total_tokens=seq.stop.min_total_tokens, mirostat_mu=seq.mirostat_mu,
+        grammar_words=answer_words(seq, masks.take),
+        forced_token_id=forced_token(seq), banned_token_ids=banned_tokens(seq),
+        beam_mode=seq.beam.mode if seq.beam is not None else 0,
+    )
+
+
+def next_prompt_ids(seq: Sequence, start: int, count: int) -> list[int] | None:
+    """For prompt logprobs: each token's following prompt token (-1 past the prompt)."""
+    if seq.sampling.prompt_logprobs is None or start >= seq.num_prompt_tokens - 1:
+        return None
+    follows = seq.token_ids[start + 1: min(start + count + 1, seq.num_prompt_tokens)]
+    return follows + [-1] * (count - len(follows))
