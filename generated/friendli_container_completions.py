@@ -6,16 +6,22 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 
 class TokenSequence(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     tokens: Annotated[
         list[int] | None, Field(description="A List of token IDs.", title="Tokens")
     ] = None
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     include_usage: Annotated[
         bool | None,
         Field(
@@ -35,6 +41,9 @@ class FinishReason(StrEnum):
 
 
 class ResponseFormatJsonObject(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     type: Annotated[
         Literal["json_object"],
         Field(
@@ -44,6 +53,9 @@ class ResponseFormatJsonObject(BaseModel):
 
 
 class ResponseFormatRegex(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     type: Annotated[
         Literal["regex"],
         Field(description="The type of the response format: `regex`", title="Type"),
@@ -59,6 +71,9 @@ class ResponseFormatRegex(BaseModel):
 
 
 class ResponseFormatText(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     type: Annotated[
         Literal["text"],
         Field(description="The type of the response format: `text`", title="Type"),
@@ -66,6 +81,9 @@ class ResponseFormatText(BaseModel):
 
 
 class PromptTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     cached_tokens: Annotated[
         int | None,
         Field(
@@ -75,6 +93,9 @@ class PromptTokensDetails(BaseModel):
 
 
 class CompletionsLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     text_offset: Annotated[
         list[int],
         Field(
@@ -106,6 +127,9 @@ class CompletionsLogprobs(BaseModel):
 
 
 class ResponseFormatJsonSchemaSchema(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     schema_: Annotated[
         dict[str, Any],
         Field(
@@ -117,6 +141,9 @@ class ResponseFormatJsonSchemaSchema(BaseModel):
 
 
 class TextUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     prompt_tokens: Annotated[
         int,
         Field(
@@ -148,6 +175,9 @@ class TextUsage(BaseModel):
 
 
 class CompletionsChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     index: Annotated[
         int,
         Field(
@@ -191,6 +221,9 @@ class CompletionsChoice(BaseModel):
 
 
 class ResponseFormatJsonSchema(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     type: Annotated[
         Literal["json_schema"],
         Field(
@@ -201,6 +234,9 @@ class ResponseFormatJsonSchema(BaseModel):
 
 
 class CompletionsResult(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     id: Annotated[str, Field(description="A unique ID of the completion.", title="Id")]
     object: Annotated[
         Literal["text_completion"],
@@ -242,6 +278,9 @@ class ContainerCompletionsSuccess(RootModel[CompletionsResult]):
 
 
 class CompletionsBodyWithPrompt(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     model: Annotated[
         str | None,
         Field(
@@ -462,6 +501,9 @@ class CompletionsBodyWithPrompt(BaseModel):
 
 
 class CompletionsBodyWithTokens(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     model: Annotated[
         str | None,
         Field(

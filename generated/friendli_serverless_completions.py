@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 
 class BeamSearchType(StrEnum):
@@ -24,6 +24,9 @@ class ServerlessCompletionsExtensionRequest(BaseModel):
     Request fields of the serverless completions API that the Friendli Container completions body does not define. They are read from the same JSON object as the container fields. Beam search is switched on by giving `num_beams`; while it is on, `stream`, `n` and `stop` are not accepted (use `stop_tokens` to end beams, and a stop token ends generation only once every live beam has produced it).
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     timeout: Annotated[
         float | None,
         Field(
@@ -83,6 +86,9 @@ class ServerlessCompletionChoice(BaseModel):
     One generated result.
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     index: Annotated[
         int,
         Field(
@@ -122,6 +128,9 @@ class ServerlessCompletionUsage(BaseModel):
     Token counts for the request.
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     prompt_tokens: Annotated[
         int, Field(description="How many tokens the prompt had.", title="Prompt Tokens")
     ]
@@ -143,6 +152,9 @@ class ServerlessCompletionsResponse(BaseModel):
     Body of a non-streamed serverless completions reply: the generated choices and the token usage. Unlike the container reply it has no `id`, `object`, `model` or per-choice `finish_reason`.
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     choices: Annotated[
         list[ServerlessCompletionChoice],
         Field(
@@ -158,6 +170,9 @@ class TokenSampledEvent(BaseModel):
     Stream event sent each time a token is generated for one of the choices.
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     event: Annotated[
         Literal["token_sampled"],
         Field(
@@ -195,6 +210,9 @@ class CompleteEvent(BaseModel):
     Last stream event, sent once generation has finished; it repeats the full result of every choice together with the token usage.
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+    )
     event: Annotated[
         Literal["complete"],
         Field(

@@ -8,6 +8,10 @@ understood by it, so each is turned into one JSON Schema first: its component sc
 its message payloads become `$defs`, and the root is the union of every message payload.
 Output is deterministic: no timestamps, a fixed generator version (pyproject.toml) and its
 built-in formatter, so the same spec always gives the same bytes.
+
+Friendli's specs leave `additionalProperties` unsaid where Fireworks' say `false`; Flint
+refuses unknown keys at every depth (nothing is silently dropped), so their objects are
+closed before generation, except where a schema says otherwise (`additionalProperties: true`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ GENERATOR_OPTIONS = [
 ]
 OPENAPI_OPTIONS = ["--input-file-type", "openapi", "--openapi-scopes", "schemas", "paths", "parameters"]
 ASYNCAPI_OPTIONS = ["--input-file-type", "jsonschema", "--class-name", "StreamingMessage"]
+# Specs whose objects are closed before generation (see the module docstring).
+CLOSED_SPECS = ("friendli-container-completions", "friendli-serverless-completions")
+# Keywords whose values are data, not schemas: closing never reaches into them.
+DATA_KEYWORDS = ("example", "examples", "default", "const", "enum")
 
 PACKAGE_INIT = '''"""Pydantic v2 models generated from spec/ by tools/codegen.py.
 
@@ -95,16 +103,37 @@ def _rewrite_refs(node):
     return node
 
 
+def closed_objects(node):
+    """A copy of a spec document whose object schemas with properties allow no other key,
+    unless they say `additionalProperties` themselves."""
+    if isinstance(node, list):
+        return [closed_objects(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {key: value if key in DATA_KEYWORDS else closed_objects(value) for key, value in node.items()}
+    if isinstance(result.get("properties"), dict) and "additionalProperties" not in result:
+        result["additionalProperties"] = False
+    return result
+
+
+def generator_input(spec_path: Path, document: dict, workdir: Path) -> tuple[Path, list[str]]:
+    """The file datamodel-codegen reads for one spec, and the options for its kind."""
+    if "asyncapi" in document:
+        source = workdir / f"{spec_path.stem}.json"
+        source.write_text(json.dumps(asyncapi_to_jsonschema(document), indent=1))
+        return source, ASYNCAPI_OPTIONS
+    if spec_path.stem in CLOSED_SPECS:
+        source = workdir / f"{spec_path.stem}.json"
+        source.write_text(json.dumps(closed_objects(document), indent=1))
+        return source, OPENAPI_OPTIONS
+    return spec_path, OPENAPI_OPTIONS
+
+
 def generate_module(spec_path: Path, root: Path, workdir: Path) -> str:
     """The source of the generated module for one spec file."""
     relative = spec_path.relative_to(root).as_posix()
     document = yaml.safe_load(spec_path.read_text())
-    if "asyncapi" in document:
-        source = workdir / f"{spec_path.stem}.json"
-        source.write_text(json.dumps(asyncapi_to_jsonschema(document), indent=1))
-        kind_options = ASYNCAPI_OPTIONS
-    else:
-        source, kind_options = spec_path, OPENAPI_OPTIONS
+    source, kind_options = generator_input(spec_path, document, workdir)
     output = workdir / f"{module_name(spec_path)}.py"
     command = [
         sys.executable, "-m", "datamodel_code_generator",

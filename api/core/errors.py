@@ -110,15 +110,40 @@ class RequestValidationError(Exception):
 def input_path(raw: Any, loc: tuple[str | int, ...]) -> list[str | int]:
     """The parts of `loc` that are keys or indices of `raw`, and a last part that names a
     missing or unknown field; the rest are pydantic's names for union branches."""
-    path, node = [], raw
-    for position, part in enumerate(loc):
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
-                and 0 <= part < len(node):
-            path.append(part)
-            node = node[part]
-        elif position == len(loc) - 1 and isinstance(node, dict):
-            path.append(part)
-    return path
+    return located(raw, tuple(loc))[0]
+
+
+# How well a reading of a location fits the input: its last part dropped, naming a missing
+# key of an object, or naming a key the input has.
+DROPPED, MISSING, PRESENT = 0, 1, 2
+
+
+def located(node: Any, loc: tuple[str | int, ...]) -> tuple[list[str | int], int]:
+    """The path `loc` names in `node`, and how well it fits. A part that is both a key of
+    an object and its tag value (`{"type": "thinking", "thinking": "..."}`) may be either
+    the key or pydantic's name for the tagged union's branch: the reading that fits the
+    rest of the location better wins, the key on a tie. So a thinking block without its
+    `signature` is blamed at `signature`, not inside its `thinking` text."""
+    if not loc:
+        return [], PRESENT
+    part, rest = loc[0], loc[1:]
+    if not is_member(node, part):
+        if rest:
+            return located(node, rest)  # a branch name
+        return ([part], MISSING) if isinstance(node, dict) else ([], DROPPED)
+    path, fit = located(node[part], rest) if rest else ([], PRESENT)
+    as_key = ([part, *path], fit)
+    if not rest or not isinstance(node, dict) or part not in node.values():
+        return as_key
+    as_branch = located(node, rest)
+    return as_branch if as_branch[1] > as_key[1] else as_key
+
+
+def is_member(node: Any, part: str | int) -> bool:
+    """Whether `part` is a key of the object `node` or an index of the array `node`."""
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
 
 
 def field_path(loc: list[str | int]) -> str:

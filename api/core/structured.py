@@ -7,6 +7,7 @@ read here once:
 | --- | --- | --- |
 | `{"type": "text"}` | everywhere | none |
 | `{"type": "json_object"}` | chat, completions, Responses | any JSON object |
+| `{"type": "json_object", "schema": S}` | Fireworks, Friendli serverless (S may be a JSON string) | S |
 | `{"type": "json_schema", "json_schema": {"schema": S, "strict": b}}` | OpenAI chat, Friendli | S |
 | `{"type": "json_schema", "schema": S}` or `"json_schema": S` | Fireworks (S may be a JSON string) | S |
 | `{"type": "json_schema", "schema": S, "strict": b}` | Responses `text.format` | S |
@@ -20,7 +21,8 @@ OpenAI's strict mode promises exactly the properties the schema lists. A schema 
 strict is compiled leniently (keywords llguidance does not support are ignored, the rest
 enforced) and as JSON Schema reads it, so the answer is still valid JSON shaped by it. The
 grammar is compiled before the request is admitted: a bad schema, regex or grammar is a
-400 naming the field, with llguidance's message.
+400 naming the field, with llguidance's message. A key the format's type does not read
+(a `grammar` on a json_schema format, say) is a 400 naming it, never ignored.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ from api.core.tools import Tool
 from engine.grammar import Grammar, GrammarError
 
 ANY_JSON_OBJECT = Grammar("json_schema", '{"type": "object"}')
+# The keys each format type reads besides `type`. Fireworks' format takes `schema`, `grammar`
+# and `json_schema` whatever its type; one the type does not read is refused by name.
+FORMAT_KEYS = {
+    "text": (),
+    "json_object": ("schema",),  # the answer's schema (Fireworks; Friendli serverless)
+    "json_schema": ("json_schema", "schema", "strict", "name", "description"),
+    "regex": ("schema",),
+    "grammar": ("grammar",),
+}
 
 
 def format_grammar(value: Any, param: str) -> tuple[Grammar | None, str]:
@@ -42,10 +53,12 @@ def format_grammar(value: Any, param: str) -> tuple[Grammar | None, str]:
     that holds its text (`param` names the format field itself)."""
     data = as_data(value)
     kind = None if data is None else data.get("type")
+    if kind is not None:
+        refuse_unread_keys(data, param)
     if kind in (None, "text"):
         return None, param
     if kind == "json_object":
-        return ANY_JSON_OBJECT, param
+        return object_grammar(data, param)
     if kind == "json_schema":
         schema, strict, where = schema_of(data, param)
         return schema_grammar(schema, strict, where), where
@@ -54,6 +67,25 @@ def format_grammar(value: Any, param: str) -> tuple[Grammar | None, str]:
     if kind == "grammar":
         return Grammar("gbnf", required_text(data, "grammar", param)), f"{param}.grammar"
     raise invalid(f"{param}.type", f"the format type {kind!r} is not one this server knows")
+
+
+def refuse_unread_keys(data: dict[str, Any], param: str) -> None:
+    """A 400 naming a key that the format's type would not read, or a schema given twice
+    (a key given as null counts as not given)."""
+    kind = data["type"]
+    if kind in FORMAT_KEYS:
+        refuse_unknown_keys(data, ("type", *FORMAT_KEYS[kind]), param, f"a {kind} format")
+    if kind == "json_schema" and data.get("schema") is not None and data.get("json_schema") is not None:
+        raise invalid(f"{param}.json_schema", "give the schema once: in `schema` or in `json_schema`")
+
+
+def object_grammar(data: dict[str, Any], param: str) -> tuple[Grammar, str]:
+    """A json_object format's grammar: any object, or its `schema` enforced as a strict
+    json_schema format's is (an object or a JSON string)."""
+    if data.get("schema") is None:
+        return ANY_JSON_OBJECT, param
+    where = f"{param}.schema"
+    return schema_grammar(parsed(data["schema"], where), True, where), where
 
 
 def schema_grammar(schema: Any, strict: bool, param: str) -> Grammar:
@@ -98,6 +130,7 @@ def schema_of(data: dict[str, Any], param: str) -> tuple[Any, bool, str]:
     """(schema, strict, its field's path) of a json_schema format in any dialect's shape."""
     nested = data.get("json_schema")
     if isinstance(nested, dict) and ("schema" in nested or "name" in nested):  # OpenAI chat, Friendli
+        refuse_unknown_keys(nested, WRAPPER_KEYS, f"{param}.json_schema", "a json_schema format's `json_schema`")
         # OpenAI's (which names the format) is strict only when asked; Friendli's has no such flag.
         strict = bool(nested.get("strict", "name" not in nested))
         return parsed(nested.get("schema", {}), f"{param}.json_schema.schema"), strict, f"{param}.json_schema.schema"
@@ -106,6 +139,18 @@ def schema_of(data: dict[str, Any], param: str) -> tuple[Any, bool, str]:
     if nested is not None:  # Fireworks: the schema itself, as an object or a JSON string
         return parsed(nested, f"{param}.json_schema"), True, f"{param}.json_schema"
     raise invalid(param, "a json_schema format needs a schema")
+
+
+# The keys of OpenAI's and Friendli's `json_schema` object, which holds the schema. Fireworks'
+# `json_schema` is the schema itself, so the union of the dialects lets any key through.
+WRAPPER_KEYS = ("name", "schema", "strict", "description")
+
+
+def refuse_unknown_keys(data: dict[str, Any], known: tuple[str, ...], param: str, owner: str) -> None:
+    """A 400 naming the first key of `data` outside `known` (a null counts as not given)."""
+    for key in sorted(data):
+        if key not in known and data[key] is not None:
+            raise invalid(f"{param}.{key}", f"{owner} has no `{key}`")
 
 
 def parsed(schema: Any, param: str) -> Any:

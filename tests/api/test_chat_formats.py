@@ -42,6 +42,13 @@ def test_json_object_answers_are_objects(client):
             assert isinstance(json.loads(text), dict)
 
 
+def test_a_json_object_formats_schema_is_enforced(client):
+    # Fireworks' format takes a schema on json_object; it allows one answer only.
+    for choice in answer(client, {"type": "json_object", "schema": {"const": "42"}}, n=3):
+        assert json.loads(choice["message"]["content"]) == "42"
+        assert choice["finish_reason"] == "stop"
+
+
 def test_a_gbnf_grammar_format_is_followed(client):
     grammar = 'root ::= "id-" [0-9] [0-9] [0-9]'
     for choice in answer(client, {"type": "grammar", "grammar": grammar}, n=3):
@@ -62,6 +69,12 @@ def test_a_cut_answer_finishes_with_length(client):
                                               "strict": True}}, "response_format.json_schema.schema"),
     ({"type": "grammar", "grammar": "root ::= missing"}, "response_format.grammar"),
     ({"type": "json_schema", "json_schema": "{not json"}, "response_format.json_schema"),
+    ({"type": "json_object", "schema": {"type": "hiccup"}}, "response_format.schema"),
+    ({"type": "json_object", "schema": {"type": 123}}, "response_format.schema"),
+    ({"type": "text", "grammar": "root ::= missing"}, "response_format.grammar"),
+    # Read as OpenAI's, not as Fireworks' schema-in-`json_schema`, since it names a `schema`.
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": BOUNDED, "bogus": 1}},
+     "response_format.json_schema.bogus"),
 ])
 def test_formats_that_cannot_compile_are_refused_by_field(client, response_format, param):
     body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "response_format": response_format}

@@ -48,6 +48,17 @@ def test_json_object_answers_start_an_object(client):
             assert isinstance(json.loads(text), dict)
 
 
+@pytest.mark.parametrize("schema", [
+    {"const": "42"},  # Fireworks: the schema as an object
+    json.dumps({"const": "42"}),  # Friendli serverless: a serialized JSON schema
+])
+def test_a_json_object_formats_schema_is_enforced(client, schema):
+    # The schema allows one answer only, whatever the random model prefers.
+    for text, finish in texts(client, {"type": "json_object", "schema": schema}):
+        assert json.loads(text) == "42"
+        assert finish == "stop"
+
+
 def test_fireworks_gbnf_grammar_is_followed(client):
     grammar = 'root ::= "A" [0-9] ("," [0-9])?'
     for text, _ in texts(client, {"type": "grammar", "grammar": grammar}):
@@ -72,8 +83,27 @@ def test_text_format_leaves_the_answer_free(client):
     ({"type": "grammar", "grammar": "root ::= nowhere"}, "response_format.grammar"),
     ({"type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "no-such-format"}}},
      "response_format.json_schema.schema"),
+    ({"type": "json_object", "schema": {"type": "hiccup"}}, "response_format.schema"),
+    ({"type": "json_object", "schema": {"type": 123}}, "response_format.schema"),
+    ({"type": "json_object", "schema": "{oops"}, "response_format.schema"),
 ])
 def test_formats_that_cannot_compile_are_refused_by_field(client, response_format, param):
+    response = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "response_format": response_format})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("response_format, param", [
+    ({"type": "text", "schema": {"const": "42"}}, "response_format.schema"),
+    ({"type": "json_object", "grammar": 'root ::= "{}"'}, "response_format.grammar"),
+    ({"type": "json_object", "json_schema": {"const": "42"}}, "response_format.json_schema"),
+    ({"type": "json_schema", "schema": BOUNDED, "grammar": 'root ::= "{}"'}, "response_format.grammar"),
+    ({"type": "json_schema", "schema": BOUNDED, "json_schema": BOUNDED}, "response_format.json_schema"),
+    ({"type": "grammar", "grammar": 'root ::= "{}"', "schema": BOUNDED}, "response_format.schema"),
+    ({"type": "json_schema", "json_schema": {"schema": BOUNDED, "bogus": 1}}, "response_format.json_schema.bogus"),
+])
+def test_a_format_key_its_type_does_not_read_is_refused(client, response_format, param):
+    # Fireworks' format takes `schema`, `grammar` and `json_schema` whatever its type.
     response = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "response_format": response_format})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param

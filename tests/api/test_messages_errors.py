@@ -32,6 +32,18 @@ def test_schema_violations_are_400_invalid_request_errors(client, raw, field):
     assert error["type"] == "invalid_request_error" and error["message"].startswith(f"{field}"), error
 
 
+@pytest.mark.parametrize("block, field", [
+    ({"type": "thinking", "thinking": "Hmm."}, "signature"),
+    ({"type": "thinking", "thinking": "Hmm.", "signature": 5}, "signature"),
+    ({"type": "thinking", "signature": "sig"}, "thinking"),
+])
+def test_a_thinking_blocks_error_names_its_own_field(client, block, field):
+    # pydantic locates the error under the union tag `thinking`, which is also a key of the block.
+    raw = body(messages=[*USER_HI, {"role": "assistant", "content": [block]}])
+    message = anthropic_error(client.post(URL, json=raw), 400)["message"]
+    assert f"messages.1.content.0.{field}: " in message, message
+
+
 def test_malformed_json_is_an_invalid_request_error(client):
     response = client.post(URL, content=b'{"model": ', headers={"content-type": "application/json"})
     assert "JSON" in anthropic_error(response, 400)["message"]

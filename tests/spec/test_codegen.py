@@ -76,3 +76,31 @@ def test_asyncapi_becomes_one_json_schema():
     assert set(schema["$defs"]) == {"Chunk", "X", "Done"}
     assert schema["$defs"]["Chunk"]["properties"]["x"] == {"$ref": "#/$defs/X"}
     assert schema["anyOf"] == [{"$ref": "#/$defs/Chunk"}, {"$ref": "#/$defs/Done"}]
+
+
+def test_closed_specs_objects_forbid_unknown_keys_unless_they_say_otherwise():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from codegen import closed_objects
+
+    free = {"type": "object", "additionalProperties": True, "properties": {"y": {"type": "string"}}}
+    example = {"properties": {"x": "an example value, not a schema"}}
+    document = {"components": {"schemas": {"A": {"type": "object", "properties": {"x": {"type": "string"},
+                                                                                  "free": free},
+                                                 "examples": [example]}}}}
+    closed = closed_objects(document)["components"]["schemas"]["A"]
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["free"] == free
+    assert closed["examples"] == [example]
+
+
+def test_the_generated_friendli_models_forbid_unknown_keys():
+    import pydantic
+
+    from generated import friendli_container_completions, friendli_serverless_completions
+
+    for module in (friendli_container_completions, friendli_serverless_completions):
+        models = [value for value in vars(module).values() if isinstance(value, type)
+                  and issubclass(value, pydantic.BaseModel) and not issubclass(value, pydantic.RootModel)
+                  and value.__module__ == module.__name__]
+        assert models
+        assert all(model.model_config.get("extra") == "forbid" for model in models), module.__name__
