@@ -18,7 +18,6 @@ from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
-from engine.embeddings import check_embeddings
 from engine.faults import ERROR, failed_output
 from engine.grammar import GrammarCompiler, accepts_prefix
 from engine.grammar_masks import GrammarMasks
@@ -33,6 +32,7 @@ from engine.sequence import Sequence
 from engine.sharding import make_mesh, param_shardings
 from engine.speculation import SpeculationConfig, follows_prediction
 from engine.tokenizer import Tokenizer
+from engine.validation import check_request
 from engine.verification import Verification, draft_rows, plan_drafts, record, rounds
 from engine.weights import resolve_dtype, resolve_quantization
 
@@ -140,23 +140,7 @@ class Engine:
 
     def validate(self, request: Request) -> None:
         """Raise ValueError for a request this engine can never serve (safe from any thread)."""
-        prompt = request.prompt_token_ids
-        if not prompt:
-            raise ValueError("the prompt is empty")
-        if len(prompt) >= self.config.max_model_len:
-            raise ValueError(f"the prompt has {len(prompt)} tokens; this engine's limit is "
-                             f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})")
-        vocab = self.model_config.vocab_size
-        if any(not 0 <= token < vocab for token in prompt):
-            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
-        # max_tokens 0 is a prefill that only scores the prompt (lm-eval's loglikelihood).
-        if request.stop.max_tokens < (0 if request.sampling.prompt_logprobs is not None else 1):
-            raise ValueError("max_tokens must be at least 1 (0 only with prompt logprobs)")
-        if any(not string for string in request.stop.strings):
-            raise ValueError("stop strings must not be empty")
-        if request.grammar is not None:
-            self.grammars.check(request.grammar)  # GrammarError, a ValueError, names what is wrong
-        check_embeddings(request, self.model_config.hidden_size)
+        check_request(request, self.config.max_model_len, self.model_config, self.grammars)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
