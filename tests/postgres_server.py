@@ -5,8 +5,11 @@ PostgreSQL comes from $FLINT_TEST_POSTGRES_URL (postgresql+asyncpg://user:passwo
 the user needs CREATEDB: the tests make and drop their own database), else from a throwaway
 server started here with Debian's binaries (/usr/lib/postgresql/*/bin: initdb, pg_ctl) in a
 temporary directory on a free port, run as the `postgres` user when the tests run as root
-(PostgreSQL refuses to run as root). When neither is possible the PostgreSQL tests skip,
-saying why; CI installs Debian's postgresql so that they run there."""
+(PostgreSQL refuses to run as root). Each pytest process (an xdist worker included) starts its
+own, in its own directory, and tries another port when the one it picked was taken meanwhile.
+When neither is possible the PostgreSQL tests skip, saying why, unless
+$FLINT_TEST_POSTGRES_REQUIRED is set: `.ci/run` installs the binaries and sets it, so in CI a
+server that does not start fails the run instead of skipping it."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from sqlalchemy import text
@@ -30,7 +34,26 @@ from api.core.store_schema import tables
 from e2e.flint_process import free_port
 
 URL_VARIABLE = "FLINT_TEST_POSTGRES_URL"
+REQUIRED_VARIABLE = "FLINT_TEST_POSTGRES_REQUIRED"
 BACKENDS = ("sqlite", "postgresql")
+# Tries at starting the throwaway server, each on a fresh port: between free_port() closing its
+# socket and the server binding the port, another process (another xdist worker's server) may
+# have taken it.
+START_ATTEMPTS = 3
+
+
+def postgres_required(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a missing PostgreSQL is a failure rather than a skip ($FLINT_TEST_POSTGRES_REQUIRED
+    set and not 0: CI, which installed the binaries, so not starting is a defect there)."""
+    return environ.get(REQUIRED_VARIABLE, "").strip() not in ("", "0")
+
+
+def no_postgres(reason: str, environ: Mapping[str, str] = os.environ) -> NoReturn:
+    """Skip the test, saying why; or fail it where PostgreSQL is required."""
+    if postgres_required(environ):
+        pytest.fail(f"PostgreSQL is required (${REQUIRED_VARIABLE} is set) and there is none: {reason}",
+                    pytrace=False)
+    pytest.skip(f"no PostgreSQL: {reason}")
 
 
 def postgres_bin_dir() -> Path | None:
@@ -60,8 +83,12 @@ class ThrowawayPostgres:
         self.user = server_user()
         self.root = Path(tempfile.mkdtemp(prefix="flint-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
-        self.url = f"postgresql+asyncpg://flint@127.0.0.1:{self.port}/postgres"
+        self.port = 0
+        self.started = False
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://flint@127.0.0.1:{self.port}/postgres"
 
     def run(self, *args: str) -> None:
         result = subprocess.run([str(self.bin_dir / args[0]), *args[1:]], user=self.user, capture_output=True,
@@ -74,12 +101,26 @@ class ThrowawayPostgres:
             shutil.chown(self.root, user=self.user)
         # fsync off and no sync after initdb: a throwaway server, fast to start.
         self.run("initdb", "-D", str(self.data), "-U", "flint", "-A", "trust", "--no-sync")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self.start_on(free_port())
+                return
+            except RuntimeError:
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+
+    def start_on(self, port: int) -> None:
+        # The socket lives in our own directory, not /tmp or /var/run/postgresql, so servers of
+        # several processes never share a socket or its lock file.
+        self.port = port
+        options = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         self.run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+        self.started = True
 
     def stop(self) -> None:
         try:
-            self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            if self.started:
+                self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -111,14 +152,14 @@ def postgres_database() -> Iterator[str]:
     if not base_url:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
-            pytest.skip(f"no PostgreSQL: ${URL_VARIABLE} is unset and no /usr/lib/postgresql/*/bin/initdb "
-                        "is installed (apt-get install postgresql)")
+            no_postgres(f"${URL_VARIABLE} is unset and no /usr/lib/postgresql/*/bin/initdb is installed "
+                        "(apt-get install postgresql)")
         server = ThrowawayPostgres(bin_dir)
         try:
             server.start()
         except (OSError, RuntimeError, subprocess.SubprocessError) as error:
             server.stop()
-            pytest.skip(f"no PostgreSQL: ${URL_VARIABLE} is unset and a throwaway server did not start: {error}")
+            no_postgres(f"${URL_VARIABLE} is unset and a throwaway server did not start: {error}")
         base_url = server.url
     database = f"flint_test_{uuid.uuid4().hex[:12]}"
     asyncio.run(execute_autocommit(base_url, f'CREATE DATABASE "{database}"'))

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from chat_helpers import MODEL_ID, URL, sse_payloads
-from tool_helpers import SCHEMAS, TIME
+from tool_helpers import SCHEMAS, TIME, forbid_calls, force_calls
 
 TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": schema,
                                            "strict": True}} for name, schema in SCHEMAS.items()]
@@ -97,24 +97,48 @@ def test_without_parallel_calls_there_is_one_call(client):
     assert all(len(validated_calls(choice)) == 1 for choice in answer["choices"])
 
 
-def test_auto_answers_text_or_calls_that_validate(client):
-    answer = ask(client, tools=TOOLS, n=6)
-    for choice in answer["choices"]:
-        if choice["message"].get("tool_calls"):
-            validated_calls(choice)
-            assert choice["finish_reason"] in ("tool_calls", "length")
-        else:
-            assert "<tool_call" not in (choice["message"]["content"] or "")
+JSON_TIME = {"type": "json_schema", "json_schema": {"name": "t", "schema": TIME, "strict": True}}
 
 
-def test_auto_with_a_json_format_answers_that_json_or_calls(client):
-    answer = ask(client, tools=TOOLS, n=6, response_format={
-        "type": "json_schema", "json_schema": {"name": "t", "schema": TIME, "strict": True}})
+@pytest.mark.parametrize("lead", ["", "Let me look.\n"])
+def test_auto_calls_once_the_model_writes_the_trigger(client, monkeypatch, lead):
+    """The text before the trigger is the content, and the rest is one call that validates,
+    however the model goes on (tool_helpers.force_calls makes it write the trigger)."""
+    steered = force_calls(client, monkeypatch, lead)
+    answer = ask(client, tools=TOOLS, parallel_tool_calls=False, n=4)
+    assert steered.offered_calls()
     for choice in answer["choices"]:
-        if choice["message"].get("tool_calls"):
-            validated_calls(choice)
-        else:
-            jsonschema.validate(json.loads(choice["message"]["content"]), TIME)
+        assert len(validated_calls(choice)) == 1
+        assert choice["finish_reason"] == "tool_calls"
+        assert choice["message"]["content"] == (lead or None)
+
+
+def test_auto_answers_text_when_the_model_writes_no_trigger(client, monkeypatch):
+    steered = forbid_calls(client, monkeypatch)
+    answer = ask(client, tools=TOOLS, n=4)
+    assert steered.offered_calls()
+    for choice in answer["choices"]:
+        assert "tool_calls" not in choice["message"] and choice["finish_reason"] in ("stop", "length")
+    assert sorted(choice["message"]["content"] for choice in answer["choices"]) == steered.answers()
+
+
+def test_auto_with_a_json_format_calls_once_the_model_writes_the_trigger(client, monkeypatch):
+    steered = force_calls(client, monkeypatch)
+    answer = ask(client, tools=TOOLS, parallel_tool_calls=False, n=4, response_format=JSON_TIME)
+    assert steered.offered_calls()
+    for choice in answer["choices"]:
+        assert len(validated_calls(choice)) == 1 and choice["message"]["content"] is None
+        assert choice["finish_reason"] == "tool_calls"
+
+
+def test_auto_with_a_json_format_otherwise_answers_that_json(client, monkeypatch):
+    steered = forbid_calls(client, monkeypatch)
+    answer = ask(client, tools=TOOLS, n=4, response_format=JSON_TIME)
+    assert steered.offered_calls()
+    for choice in answer["choices"]:
+        assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(choice["message"]["content"]), TIME)
+    assert sorted(choice["message"]["content"] for choice in answer["choices"]) == steered.answers()
 
 
 def test_strict_tools_keep_to_their_schema(client):

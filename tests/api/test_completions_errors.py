@@ -4,9 +4,11 @@ and the server goes on serving."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from completions_helpers import MODEL, complete, server_state
+from completions_helpers import MODEL, complete, greedy, server_state
 
 
 OK = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
@@ -120,6 +122,21 @@ def test_a_bad_body_gets_its_4xx_naming_the_field(client, changes, status, field
     assert blamed_field(response) == field
 
 
+@pytest.mark.parametrize("changes, loc", [
+    # vLLM's `continuous_usage_stats` is in no spec this route serves.
+    ({"stream_options": {"include_usage": True, "continuous_usage_stats": True}, "stream": True},
+     ["stream_options", "continuous_usage_stats"]),
+    ({"stream_options": {"bogus_key": 1}}, ["stream_options", "bogus_key"]),
+    ({"response_format": {"type": "regex", "schema": "a+", "bogus": 1}}, ["response_format", "bogus"]),
+    ({"bad_word_tokens": [{"tokens": [5], "bogus": 1}]}, ["bad_word_tokens", 0, "bogus"]),
+])
+def test_an_unknown_key_inside_a_friendli_object_is_a_422_naming_it(client, changes, loc):
+    response = client.post("/v1/completions", json=body_with(changes))
+    assert response.status_code == 422, response.text
+    assert any(detail["loc"] == ["body", *loc] and detail["type"] == "extra_forbidden"
+               for detail in response.json()["detail"]), response.text
+
+
 def test_there_are_at_least_forty_cases_and_the_server_still_serves(client):
     assert len(CASES) >= 40
     choice = complete(client, **OK)["choices"][0]
@@ -139,8 +156,24 @@ def test_service_tier_default_is_served_and_others_refused(client):
     assert client.post("/v1/completions", json={**OK, "service_tier": "flex"}).status_code == 400
 
 
-def test_legacy_openai_fields_at_their_no_op_values_are_served(client):
-    assert complete(client, **OK, best_of=1, suffix=None)["choices"]
-    beam_defaults = {"length_penalty": 1.0, "early_stopping": False, "beam_search_type": "DETERMINISTIC"}
-    assert complete(client, **OK, **beam_defaults)["choices"]
+def as_sampled(request):
+    """An engine request without what differs between any two requests: its id and the seed
+    the server drew (greedy sampling ignores it)."""
+    return dataclasses.replace(request, request_id="", sampling=dataclasses.replace(request.sampling, seed=None))
+
+
+@pytest.mark.parametrize("no_ops", [
+    {"best_of": 1, "suffix": None},
+    {"length_penalty": 1.0, "early_stopping": False, "beam_search_type": "DETERMINISTIC"},  # no beam search
+], ids=["best_of-suffix", "beam-defaults"])
+def test_legacy_openai_fields_at_their_no_op_values_are_served(client, engine_requests, no_ops):
+    """Served exactly as without them: the same engine request (no beam search, the same
+    sampling) and the same greedy tokens."""
+    def said(choice: dict) -> tuple:
+        return choice["text"], choice["tokens"], choice["finish_reason"]
+
+    without = greedy(client, "hello")
+    assert said(greedy(client, "hello", **no_ops)) == said(without)
+    request_without, request_with = map(as_sampled, engine_requests)
+    assert request_with == request_without and request_with.beam is None
     assert server_state(client).running_engine.num_in_flight == 0

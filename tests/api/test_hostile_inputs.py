@@ -12,14 +12,12 @@ what is wrong, after which the server goes on serving a normal request:
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 
 from api.completions import plan as completions_plan
 from api.core.limits import MAX_BAD_WORDS, MAX_CHOICES, MAX_STOP_SEQUENCES, MAX_STOP_TOKEN_IDS
-from api.core.validation import MAX_JSON_DEPTH
 
 MODEL = "SmolLM2-135M-Instruct"
 USER = [{"role": "user", "content": "hi"}]
@@ -84,38 +82,90 @@ def test_uncapped_stop_sequences_are_refused_in_anthropics_shape(client):
     still_serving(client)
 
 
+# The limit README documents ("JSON nested deeper than 64 levels" is a 400), written here rather
+# than read from api/ so that a changed limit fails this test too.
+DOCUMENTED_DEPTH = 64
+TOO_DEEP = f"nests deeper than {DOCUMENTED_DEPTH} levels"
+
+
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-@pytest.mark.parametrize("url", ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
-                                 "/v1/tokenize"])
+def body_nested(depth: int) -> str:
+    """A completions body nesting exactly `depth` arrays and objects: the body, its
+    `response_format`, the JSON schema in it (a free-form object), then depth - 3 arrays as the
+    schema's `examples` (an annotation, which the grammar ignores)."""
+    schema = '{"type": "array", "examples": %s}' % nested(depth - 3)
+    return ('{"model": "%s", "prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_object", '
+            '"schema": %s}}' % (MODEL, schema))
+
+
+def post_raw(client, url: str, payload: str):
+    return client.post(url, content=payload.encode(), headers={"content-type": "application/json"})
+
+
+ROUTES = ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/tokenize"]
+
+
+@pytest.mark.parametrize("url", ROUTES)
 @pytest.mark.parametrize("payload", [
     nested(200_000),  # past the JSON decoder's own recursion limit
-    json.dumps({"model": MODEL, "metadata": {"k": json.loads(nested(MAX_JSON_DEPTH))}}),
+    body_nested(DOCUMENTED_DEPTH + 1),  # one level past the limit
 ])
-def test_deeply_nested_json_is_a_400(client, url, payload):
-    response = client.post(url, content=payload.encode(), headers={"content-type": "application/json"})
+def test_deeply_nested_json_is_a_400_naming_the_limit(client, url, payload):
+    response = post_raw(client, url, payload)
     assert response.status_code == 400, response.text[:300]
-    assert "nests deeper" in response.text
+    assert TOO_DEEP in response.text
     still_serving(client)
 
 
-def test_json_nested_as_deep_as_allowed_is_read(client):
-    body = {"prompt": "hi", "max_tokens": 1, "metadata": {"k": json.loads(nested(MAX_JSON_DEPTH - 3))}}
-    response = client.post("/v1/completions", json=body)
-    assert response.status_code != 500 and "nests deeper" not in response.text
+@pytest.mark.parametrize("url", ROUTES)
+def test_json_nested_as_deep_as_the_limit_passes_the_depth_check(client, url):
+    """Every route reads a body at the limit itself (whatever its schema then says of it)."""
+    response = post_raw(client, url, body_nested(DOCUMENTED_DEPTH))
+    assert response.status_code != 500 and "nests deeper" not in response.text, response.text[:300]
 
 
-@pytest.mark.parametrize("url, body", [
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [{"type": {}}]}]}),
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [{"type": ["text"]}]}]}),
-    ("/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [{"type": {}}]}]}),
-    ("/v1/messages", {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": {}}]}]}),
+def test_json_nested_as_deep_as_the_limit_is_served(client):
+    response = post_raw(client, "/v1/completions", body_nested(DOCUMENTED_DEPTH))
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def second_part_of_second_message(bad_type) -> list[dict]:
+    """Two messages, the second's second content part with a `type` that is not a string (a
+    5xx found by fuzzing): an error must name that place, not just the first message."""
+    return [{"role": "user", "content": "hi"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": bad_type}]}]
+
+
+def response_input(bad_type) -> list[dict]:
+    return [{"role": "user", "content": "hi"},
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}, {"type": bad_type}]}]
+
+
+# (url, body, `param` of the OpenAI error or None for Anthropic's shape, which has none, and
+# the part's own location, which the message names)
+@pytest.mark.parametrize("url, body, param, location", [
+    ("/v1/chat/completions", {"model": MODEL, "messages": second_part_of_second_message({})},
+     "messages.[1].content", "messages.[1].content.[1]"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": second_part_of_second_message(["text"])},
+     "messages.[1].content", "messages.[1].content.[1]"),
+    # `input` may be a string, so the first error is at `input` itself.
+    ("/v1/responses", {"model": MODEL, "input": response_input({})}, "input", "input.[1].content.[1]"),
+    ("/v1/messages", {"model": MODEL, "max_tokens": 1, "messages": second_part_of_second_message({})},
+     None, "messages.1.content.1"),
 ])
-def test_a_content_part_whose_type_is_not_a_string_is_a_400(client, url, body):
+def test_a_content_part_whose_type_is_not_a_string_is_a_400(client, url, body, param, location):
     response = client.post(url, json=body)
     assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    if param is None:
+        assert response.json()["type"] == "error" and "param" not in error
+    else:
+        assert error["param"] == param
+    assert f"{location}: Input tag" in error["message"]
     still_serving(client)
 
 

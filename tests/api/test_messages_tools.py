@@ -18,7 +18,7 @@ from api.core.tool_format import HERMES
 from api.messages.tool_calls import StreamBlocks, answer_blocks
 from generated.flint import MessageStreamEvent
 from messages_helpers import MODEL_ID, URL, anthropic_error, named_events
-from tool_helpers import SCHEMAS
+from tool_helpers import SCHEMAS, forbid_calls, force_calls
 
 TOOLS = [{"name": name, "description": f"{name} tool", "input_schema": schema, "strict": True}
          for name, schema in SCHEMAS.items()]
@@ -112,14 +112,40 @@ def test_a_named_tool_choice_calls_that_tool(client):
         assert {name for name, _ in validated_calls(reply)} == {"get_time"}
 
 
-def test_auto_answers_text_or_calls_that_validate(client):
-    for choice in ({"type": "auto"}, None, {"type": "auto", "disable_parallel_tool_use": True}):
-        reply = ask(client, tools=TOOLS, **({"tool_choice": choice} if choice else {}))
-        calls = validated_calls(reply)
-        texts = [block["text"] for block in reply["content"] if block["type"] == "text"]
-        assert len(texts) <= 1 and reply["content"][0]["type"] == ("text" if texts else "tool_use")
-        assert all("<tool_call" not in text for text in texts)
-        assert reply["stop_reason"] in (("tool_use", "max_tokens") if calls else ("end_turn", "max_tokens"))
+AUTO_ONE = {"type": "auto", "disable_parallel_tool_use": True}
+AUTO_CHOICES = [{"type": "auto"}, None, AUTO_ONE]
+
+
+def auto(choice: dict | None) -> dict:
+    return {"tools": TOOLS, **({"tool_choice": choice} if choice else {})}
+
+
+@pytest.mark.parametrize("lead", ["", "Let me look.\n"])
+@pytest.mark.parametrize("choice", AUTO_CHOICES, ids=["auto", "default", "auto-one"])
+def test_auto_calls_once_the_model_writes_the_trigger(client, monkeypatch, choice, lead):
+    """The text before the trigger is a text block before the tool_use blocks, which
+    validate however the model goes on (tool_helpers.force_calls); parallel calls may run
+    into max_tokens, which leaves out only a call it cut."""
+    steered = force_calls(client, monkeypatch, lead)
+    reply = ask(client, **auto(choice))
+    calls = validated_calls(reply)
+    assert [block["text"] for block in reply["content"] if block["type"] == "text"] == ([lead] if lead else [])
+    assert [block["type"] for block in reply["content"]] == ["text"] * bool(lead) + ["tool_use"] * len(calls)
+    if choice == AUTO_ONE:
+        assert len(calls) == 1 and reply["stop_reason"] == "tool_use"
+    else:
+        assert calls and reply["stop_reason"] in ("tool_use", "max_tokens")
+    assert steered.offered_calls()
+
+
+@pytest.mark.parametrize("choice", AUTO_CHOICES, ids=["auto", "default", "auto-one"])
+def test_auto_answers_text_when_the_model_writes_no_trigger(client, monkeypatch, choice):
+    steered = forbid_calls(client, monkeypatch)
+    reply = ask(client, **auto(choice))
+    assert [block["type"] for block in reply["content"]] == ["text"]
+    assert reply["content"][0]["text"] == steered.last_answer()
+    assert reply["stop_reason"] in ("end_turn", "max_tokens")
+    assert steered.offered_calls()
 
 
 def test_none_answers_text_with_the_tools_in_the_prompt(client, engine_requests, tokenizer):
@@ -246,12 +272,24 @@ def test_output_config_format_answers_validate(client, engine_requests):
     assert all(request.grammar is not None for request in engine_requests)
 
 
-def test_a_format_and_tools_under_auto_answer_json_or_calls(client):
-    for _ in range(4):
-        reply = ask(client, tools=TOOLS, output_config={"format": {"type": "json_schema", "schema": BOUNDED}})
-        if not validated_calls(reply):
-            [block] = reply["content"]
-            jsonschema.validate(json.loads(block["text"]), BOUNDED)
+BOUNDED_FORMAT = {"format": {"type": "json_schema", "schema": BOUNDED}}
+
+
+def test_a_format_and_tools_under_auto_call_once_the_model_writes_the_trigger(client, monkeypatch):
+    steered = force_calls(client, monkeypatch)
+    reply = ask(client, **auto(AUTO_ONE), output_config=BOUNDED_FORMAT)
+    assert len(validated_calls(reply)) == len(reply["content"]) == 1 and reply["stop_reason"] == "tool_use"
+    assert steered.offered_calls()
+
+
+def test_a_format_and_tools_under_auto_otherwise_answer_the_json(client, monkeypatch):
+    steered = forbid_calls(client, monkeypatch)
+    reply = ask(client, tools=TOOLS, output_config=BOUNDED_FORMAT)
+    [block] = reply["content"]
+    assert block["text"] == steered.last_answer()
+    jsonschema.validate(json.loads(block["text"]), BOUNDED)
+    assert reply["stop_reason"] == "end_turn"
+    assert steered.offered_calls()
 
 
 def test_tool_cache_control_is_served_by_the_prefix_cache(client):

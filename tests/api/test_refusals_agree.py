@@ -5,6 +5,8 @@ every dialect refuses reasoning with the same words, served or not."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from api.core import refusals
@@ -35,11 +37,52 @@ CASES = [
 IDS = [f"{dialect}.{field}={refused!r}" for dialect, field, _, refused, _ in CASES]
 
 
-@pytest.mark.parametrize("dialect, field, accepted, refused, reason", CASES, ids=IDS)
-def test_the_no_op_value_is_served(client, dialect, field, accepted, refused, reason):
-    url, base = BASES[dialect]
-    response = client.post(url, json={**base, field: accepted})
+# Greedy and several tokens long, so that two answers agree only when the same prompt was sampled
+# the same way.
+GREEDY = {"completions": {"temperature": 0, "max_tokens": 8},
+          "chat": {"temperature": 0, "max_completion_tokens": 8},
+          "responses": {"temperature": 0},
+          "messages": {"temperature": 0, "max_tokens": 8}}
+
+
+def answer(dialect: str, body: dict) -> tuple:
+    """What the model said in a dialect's whole response, and why it stopped."""
+    if dialect == "completions":
+        choice = body["choices"][0]
+        return choice["text"], choice["finish_reason"]
+    if dialect == "chat":
+        choice = body["choices"][0]
+        return choice["message"]["content"], choice["finish_reason"]
+    if dialect == "responses":
+        texts = [part["text"] for item in body["output"] if item["type"] == "message"
+                 for part in item["content"] if part["type"] == "output_text"]
+        return "".join(texts), body["status"]
+    return "".join(block["text"] for block in body["content"] if block["type"] == "text"), body["stop_reason"]
+
+
+def as_sampled(request):
+    """An engine request without what differs between any two requests: its id and the seed
+    the server drew (greedy sampling ignores it)."""
+    return dataclasses.replace(request, request_id="", sampling=dataclasses.replace(request.sampling, seed=None))
+
+
+def served(client, url: str, body: dict) -> dict:
+    response = client.post(url, json=body)
     assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("dialect, field, accepted, refused, reason", CASES, ids=IDS)
+def test_the_no_op_value_is_served(client, engine_requests, dialect, field, accepted, refused, reason):
+    """Served exactly as without the field: the same engine request (prompt, sampling, stops,
+    reasoning) and the same greedy answer."""
+    url, base = BASES[dialect]
+    plain = {**base, **GREEDY[dialect]}
+    without, with_field = served(client, url, plain), served(client, url, {**plain, field: accepted})
+    assert answer(dialect, with_field) == answer(dialect, without)
+    assert len(engine_requests) == 2
+    request_without, request_with = map(as_sampled, engine_requests)
+    assert request_with == request_without
 
 
 @pytest.mark.parametrize("dialect, field, accepted, refused, reason", CASES, ids=IDS)

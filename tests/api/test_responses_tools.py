@@ -16,7 +16,7 @@ import pytest
 
 from generated.flint import Response, ResponseStreamEvent
 from responses_helpers import MODEL_ID, URL, named_events
-from tool_helpers import SCHEMAS, TIME
+from tool_helpers import SCHEMAS, TIME, forbid_calls, force_calls
 
 TOOLS = [{"type": "function", "name": name, "description": f"{name} tool", "parameters": schema}
          for name, schema in SCHEMAS.items()]
@@ -133,26 +133,56 @@ def test_max_tool_calls_bounds_the_calls(client):
     assert len(validated_calls(one)) == len(calls_of(one)) == 1 and one["status"] == "completed"
 
 
-def test_auto_answers_text_or_calls_that_validate(client):
-    for _ in range(4):
+def messages_of(response: dict) -> list[dict]:
+    return [item for item in response["output"] if item["type"] == "message"]
+
+
+@pytest.mark.parametrize("lead", ["", "Let me look.\n"])
+def test_auto_calls_once_the_model_writes_the_trigger(client, monkeypatch, lead):
+    """The text before the trigger is a message before the calls, and the rest one or two
+    calls that validate, however the model goes on (tool_helpers.force_calls)."""
+    steered = force_calls(client, monkeypatch, lead)
+    for _ in range(2):
+        response = ask(client, max_tool_calls=2, max_output_tokens=300)
+        assert 1 <= len(validated_calls(response)) == len(calls_of(response)) <= 2
+        assert response["status"] == "completed"
+        texts = [message["content"][0]["text"] for message in messages_of(response)]
+        assert texts == ([lead] if lead else [])
+        assert response["output"][0]["type"] == ("message" if lead else "function_call")
+    assert steered.offered_calls()
+
+
+def test_auto_answers_text_when_the_model_writes_no_trigger(client, monkeypatch):
+    steered = forbid_calls(client, monkeypatch)
+    for _ in range(2):
         response = ask(client)
-        calls = calls_of(response)
-        validated_calls(response)
-        messages = [item for item in response["output"] if item["type"] == "message"]
-        assert len(messages) <= 1 and (messages or calls)
-        if messages:
-            assert response["output"][0] == messages[0]  # the text comes before the calls
-            assert "<tool_call" not in messages[0]["content"][0]["text"]
+        [message] = response["output"]
+        assert message["type"] == "message" and message["content"][0]["type"] == "output_text"
+        assert message["content"][0]["text"] == steered.last_answer()
+    assert steered.offered_calls()
 
 
-def test_auto_with_a_json_format_answers_that_json_or_calls(client):
-    text = {"format": {"type": "json_schema", "name": "zone", "schema": TIME, "strict": True}}
-    for _ in range(3):
-        response = ask(client, text=text)
-        validated_calls(response)
-        if not calls_of(response):
-            [message] = response["output"]
-            jsonschema.validate(json.loads(message["content"][0]["text"]), TIME)
+JSON_TIME = {"format": {"type": "json_schema", "name": "zone", "schema": TIME, "strict": True}}
+
+
+def test_auto_with_a_json_format_calls_once_the_model_writes_the_trigger(client, monkeypatch):
+    steered = force_calls(client, monkeypatch)
+    for _ in range(2):
+        response = ask(client, text=JSON_TIME, parallel_tool_calls=False)
+        assert len(validated_calls(response)) == len(response["output"]) == 1
+        assert response["status"] == "completed"
+    assert steered.offered_calls()
+
+
+def test_auto_with_a_json_format_otherwise_answers_that_json(client, monkeypatch):
+    steered = forbid_calls(client, monkeypatch)
+    for _ in range(2):
+        response = ask(client, text=JSON_TIME)
+        [message] = response["output"]
+        assert message["content"][0]["text"] == steered.last_answer()
+        jsonschema.validate(json.loads(message["content"][0]["text"]), TIME)
+        assert response["status"] == "completed"
+    assert steered.offered_calls()
 
 
 def test_strict_tools_keep_to_their_schema(client):
