@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from api.engine_health import BackgroundCompile, EngineHealth, engine_health
 from api.multihost import LeaderLink
 from api.settings import Settings
 from api.core.state import ServerState
@@ -34,12 +35,17 @@ Result = TypeVar("Result")
 
 def load_engine(settings: Settings) -> Engine:
     """The engine for `settings.model` (the embedded model when None), compiled: its programs
-    loaded from `settings.compilation_cache` where they are there, and kept there."""
+    loaded from `settings.compilation_cache` where they are there, and kept there.
+
+    A single process compiles the essential buckets only, and the rest in the background
+    once it serves. A multi-host group compiles every bucket here, on every process in the
+    same order: a bucket's compile puts a batch on the mesh, a transfer across processes,
+    and one made beside the first steps would cross their collectives (issue 23)."""
     set_up_compilation_cache(settings.compilation_cache)
     started = time.perf_counter()
     with CompileCounter() as counts:
         engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message),
-                                   compile_all=False)
+                                   compile_all=settings.topology is not None)
     log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
     return engine
 
@@ -68,14 +74,16 @@ def set_up_compilation_cache(directory: str | None) -> None:
         no_compilation_cache()
 
 
-def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> None:
+def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> bool:
+    """Whether a program made now was one start-up missed (then logged as such)."""
     # Start-up compiles every step shape (engine/runner.py), the essential ones before the
     # server is healthy and the rest in the background thread: a program made by any other
     # thread is one it missed, and a request waited for it.
     if threading.current_thread().name == BACKGROUND_COMPILE_THREAD:
-        return
+        return False
     log.warning("program %s %s while serving (%.2f s)", name,
                 "loaded from the compilation cache" if from_cache else "compiled", seconds)
+    return True
 
 
 def return_freed_memory() -> None:
@@ -110,8 +118,9 @@ class EngineLifecycle:
         self._loading: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loader: threading.Thread | None = None
-        self._watch = CompileCounter(on_program=compiled_while_serving)
+        self._watch = CompileCounter(on_program=self._compiled_while_serving)
         self.group: LeaderLink | None = None  # a multi-host leader's link to its followers
+        self.background = BackgroundCompile()  # of the buckets start-up left (/health reports it)
 
     async def start(self) -> None:
         # The store first: a database that cannot be reached stops start-up at once.
@@ -139,17 +148,31 @@ class EngineLifecycle:
                               lambda message: loop.call_soon_threadsafe(self._followers_lost, message))
         engine.start()
         self._watch.start()
-        threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
-                         daemon=True).start()
+        if self.group is None:  # a group compiled every bucket before its first step (load_engine)
+            self.background.running = True
+            threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
+                             daemon=True).start()
         self.server.engine = engine
         if self.server.phase == "starting":  # not if shutdown began while compiling
             self.server.phase = "ok"
 
+    def _compiled_while_serving(self, name: str, seconds: float, from_cache: bool) -> None:
+        if compiled_while_serving(name, seconds, from_cache):
+            self.server.metrics.count_program_compiled_while_serving()  # /metrics, for tools/soak.py
+
     def _compile_remaining(self, engine: Engine) -> None:
         try:
             compile_remaining(engine)
-        except Exception:  # the engine serves on with the buckets it has, only slower
+        except Exception as error:  # the engine serves on with the buckets it has, only slower
             log.exception("compiling the remaining buckets failed")
+            self.background.failed(error)
+        finally:
+            self.background.running = False
+
+    def engine_health(self) -> EngineHealth | None:
+        """How the engine serves (buckets, attention); None until it has loaded."""
+        engine = self.server.engine
+        return None if engine is None else engine_health(engine.engine.runner, self.background)
 
     def _build(self, settings: Settings) -> AsyncEngine:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from api.engine_health import EngineHealth
 from engine.engine import EngineStats
 
 # The text exposition format every Prometheus version scrapes.
@@ -45,12 +46,29 @@ class Metrics:
                                       registry=self.registry)
         self._generation_tokens = Counter("flint:generation_tokens", "Generated tokens of finished requests.",
                                           registry=self.registry)
+        # Start-up compiles every program serving needs (api/lifecycle.py): one made later
+        # stalled the steps waiting for it. tools/soak.py fails a soak during which this grew.
+        self._compiled_while_serving = Counter(
+            "flint:programs_compiled_while_serving",
+            "Programs compiled (or loaded from the compilation cache) while serving, outside start-up's compile.",
+            registry=self.registry)
         self._ttft = self._histogram("time_to_first_token_seconds", "Time from arrival to the first token.",
                                      LATENCY_BUCKETS)
         self._tpot = self._histogram("time_per_output_token_seconds", "Mean time between a request's tokens.",
                                      PER_TOKEN_BUCKETS)
         self._e2e = self._histogram("e2e_request_latency_seconds", "Time from arrival to the last token.",
                                     LATENCY_BUCKETS)
+        # How the engine serves (api/engine_health.py): what a slower-than-expected server
+        # shows without its log.
+        self._bucket_compiled = Gauge("flint:token_bucket_compiled",
+                                      "1 for a token bucket compiled, 0 for one steps are padded past.",
+                                      ["tokens"], registry=self.registry)
+        self._compile_failed = self._gauge("bucket_compile_failed",
+                                           "1 when compiling the buckets start-up left failed: they stay missing.")
+        self._attention_fallback = Gauge("flint:attention_fallback",
+                                         "1 when the attention kernel failed its start-up check and the reference "
+                                         "serves instead; labelled with what was requested and what is in use.",
+                                         ["requested", "in_use"], registry=self.registry)
         vllm_named = [self._running, self._waiting, self._kv_usage, self._prompt_tokens, self._generation_tokens,
                       self._ttft, self._tpot, self._e2e]
         self.registry.register(VllmNames(vllm_named, {"model_name": model_name, "engine": "0"}))
@@ -71,14 +89,29 @@ class Metrics:
             self._tpot.observe(time_per_output_token)
         self._e2e.observe(e2e_latency)
 
-    def render(self, load: EngineStats) -> bytes:
-        """The exposition text, with the gauges set to `load` (read by the caller just now)."""
+    def count_program_compiled_while_serving(self) -> None:
+        self._compiled_while_serving.inc()
+
+    def render(self, load: EngineStats, engine: EngineHealth | None = None) -> bytes:
+        """The exposition text, with the gauges set to `load` and `engine` (read by the caller
+        just now; `engine` None: not loaded yet)."""
         self._running.set(load.num_running)
         self._waiting.set(load.num_waiting)
         self._kv_usage.set(load.kv_cache_usage)
         self._pages_in_use.set(load.num_pages_in_use)
         self._pages_cached.set(load.num_cached_pages)
+        if engine is not None:
+            self._set_engine_health(engine)
         return generate_latest(self.registry)
+
+    def _set_engine_health(self, engine: EngineHealth) -> None:
+        for bucket in engine.buckets:
+            self._bucket_compiled.labels(tokens=str(bucket)).set(0 if bucket in engine.missing else 1)
+        self._compile_failed.set(engine.compile_error is not None)
+        choice = engine.attention
+        self._attention_fallback.clear()  # one sample, labelled with the current choice
+        self._attention_fallback.labels(requested=choice.requested, in_use=choice.in_use).set(
+            choice.fallback is not None)
 
     def _gauge(self, name: str, documentation: str) -> Gauge:
         return Gauge(f"{FLINT_PREFIX}{name}", documentation, registry=self.registry)

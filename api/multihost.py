@@ -2,16 +2,16 @@
 link to them (the engine side is engine/multihost.py).
 
 Every process runs the same command with its own `--process-id`. Process 0 serves HTTP;
-the others load the model, compile the same programs and replay the leader's device
-operations until it tells them to stop. Each follower's exit status follows the group's:
-0 when the leader stopped it, 1 when the leader vanished."""
+the others load the model, compile the same programs in the same order (every bucket,
+before the leader turns healthy: nothing compiles in the background in a group) and
+replay the leader's device operations until it tells them to stop. Each follower's exit
+status follows the group's: 0 when the leader stopped it, 1 when the leader vanished."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -82,10 +82,7 @@ def run_follower(settings: Settings, load: Callable[[Settings], object]) -> int:
     heartbeat.start()  # beats while the model loads and compiles, too
     deadline = StopDeadline(settings.shutdown_timeout + STOP_WAIT)
     try:
-        engine = load(settings)
-        # The buckets start-up left, as the leader compiles them; one the leader uses first
-        # is compiled when its step arrives.
-        threading.Thread(target=engine.compile_remaining, name="flint-compile", daemon=True).start()
+        engine = load(settings)  # every bucket, in the leader's order (api/lifecycle.py load_engine)
         log.info("following the leader at %s", settings.topology.coordinator_address)
         follow(engine.runner, reader, deadline.passed)
     except Exception:

@@ -256,8 +256,9 @@ def serve(args: argparse.Namespace) -> int:
             join_group(settings.topology, settings.follower_timeout)
         check_tensor_parallel_size(settings.engine.mesh_shape[0])
         if settings.topology is not None and not settings.topology.is_leader:
-            resolve_model(settings.model)  # a model that is not there: status 2 at once, as for the leader
-            return serve_as_follower(settings)
+            model = resolve_model(settings.model)  # a model that is not there: status 2 at once, as for the leader
+            # As the leader's create_app serves it: every process needs the same shapes.
+            return serve_as_follower(settings.served(model.context_length))
         app = create_app(settings)
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)

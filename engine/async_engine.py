@@ -80,11 +80,11 @@ class AsyncEngine:
             self._raise_if_dead()
             while not finished:
                 output = await outputs.get()
+                if isinstance(output, EngineDeadError):
+                    raise output
                 if isinstance(output, (ValueError, RequestFailedError)):  # refused, or failed alone
                     finished = True
                     raise output
-                if isinstance(output, BaseException):
-                    raise EngineDeadError("the engine stopped") from output
                 finished = output.finished
                 yield output
         finally:
@@ -116,8 +116,10 @@ class AsyncEngine:
                     self._deliver(output)
         except BaseException as error:  # report to every waiting caller, then to the owner
             self._error = error  # first: see the comment in `generate`
-            for request_id in list(self._streams):
-                self._deliver_to(request_id, error)
+            for request_id in list(self._streams):  # wrapped: a dead engine's ValueError is no refusal
+                dead = EngineDeadError("the engine stopped")
+                dead.__cause__ = error
+                self._deliver_to(request_id, dead)
             if self.on_death is not None:
                 self.on_death(error)
 

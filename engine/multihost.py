@@ -196,7 +196,9 @@ def replay(runner, operation: tuple, state: dict) -> None:
     kind, *arguments = operation
     if kind == "dispatch":
         batch, num_steps = arguments
-        runner.ensure_compiled(batch.num_tokens)
+        # Every bucket was compiled at start-up, in the leader's order: compiling one now
+        # would put a transfer across processes out of step with the leader's (launch
+        # refuses a bucket that is not compiled instead).
         state["flight"] = runner.launch(batch, num_steps)
     elif kind == "dispatch_next":
         tables, num_steps = arguments

@@ -24,8 +24,7 @@ import numpy as np
 from flax import nnx
 
 from engine.attention import attention_for
-from engine.attention import checked as checked_attention
-from engine.attention import resolve as resolve_attention
+from engine.attention import choose as choose_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
@@ -51,8 +50,8 @@ class ModelRunner:
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
                  engine_config.page_size)
-        self.attention = checked_attention(resolve_attention(engine_config.attention, *shape),
-                                           engine_config.attention, *shape)
+        self.attention_choice = choose_attention(engine_config.attention, *shape)
+        self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
@@ -128,9 +127,6 @@ class ModelRunner:
                 return bucket
         raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.config.token_buckets[-1]}")
 
-    def ensure_compiled(self, bucket: int) -> None:
-        self._compile(bucket)
-
     def _compile(self, bucket: int) -> Callable:
         """The step for `bucket`, compiled from shapes alone: it may run in a background
         thread while steps run, and the cache arrays it would otherwise read are donated."""
@@ -141,7 +137,10 @@ class ModelRunner:
             num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
             lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
             self._compiled[bucket] = lowered.compile()
-            if jax.process_count() > 1:  # host arrays onto a multi-process mesh pass a small program per shape
+            # Host arrays onto a multi-process mesh pass a small program per shape, whose
+            # collectives every process must run in the same order: so a group compiles
+            # its buckets at start-up only, never beside a step (api/lifecycle.py).
+            if jax.process_count() > 1:
                 jax.device_put(self._empty_batch(bucket), sharding)
         return self._compiled[bucket]
 

@@ -1180,12 +1180,53 @@ class HealthStatus(StrEnum):
     FAILED = "failed"
 
 
-class HealthResponse(BaseModel):
+class HealthBuckets(BaseModel):
     """
-    Server readiness.
+    The engine's token buckets, the step shapes compiled ahead. A single process turns healthy with the essential ones and compiles the rest in the background; until a bucket is compiled, steps that fit it are padded into a larger one (correct, only slower). A multi-host group compiles every bucket before it turns healthy.
     """
 
-    status: HealthStatus
+    compiled: Annotated[
+        list[int],
+        Field(description="Buckets ready, by the most tokens a step of each holds."),
+    ]
+    missing: Annotated[
+        list[int],
+        Field(
+            description="Buckets not compiled (yet, or, after an error, until the server restarts)."
+        ),
+    ]
+    compiling: Annotated[
+        bool, Field(description="The background compile is still running.")
+    ]
+    error: Annotated[
+        str | None,
+        Field(
+            description="Why the background compile failed; null while it runs or after it succeeded."
+        ),
+    ] = None
+
+
+class HealthAttention(BaseModel):
+    """
+    The attention implementation the engine serves with.
+    """
+
+    requested: Annotated[
+        str,
+        Field(
+            description="What `--attention` asked for (`auto`, `reference` or `mosaic_gpu`)."
+        ),
+    ]
+    in_use: Annotated[str, Field(description="The implementation every step runs.")]
+    fell_back: Annotated[
+        bool,
+        Field(
+            description="The kernel `auto` chose failed its start-up check on this machine, so the reference (jnp) attention serves instead: correct, much slower on a GPU."
+        ),
+    ]
+    reason: Annotated[
+        str | None, Field(description="Why it fell back; null when it did not.")
+    ] = None
 
 
 class V1ResponsesResponseIdGetParametersQuery(BaseModel):
@@ -1733,6 +1774,16 @@ class TokenizeChatRequest(BaseModel):
         Field(description="Extra variables for the chat template."),
     ] = None
     return_token_strs: bool | None = False
+
+
+class HealthResponse(BaseModel):
+    """
+    Server readiness. Once the engine has loaded, also how it serves: a server that serves slower than it should (buckets left uncompiled, attention on the fallback path) still says `ok`, and these say why.
+    """
+
+    status: HealthStatus
+    buckets: HealthBuckets | None = None
+    attention: HealthAttention | None = None
 
 
 class InputContent(RootModel[InputTextContent | InputImageContent | InputFileContent]):

@@ -9,9 +9,11 @@ stop strings, logprobs, stored completions and responses retrieved afterwards, b
 it checks (tools/soak_report.py): no 5xx; every request not dropped completed (a stream with
 its dialect's terminal event, a whole answer valid JSON of its shape, a bad body refused
 with a 4xx); once the load has drained, no KV-cache page held (`flint:kv_cache_pages_in_use`;
-pages kept by the prefix cache are free to take, not leaked); and the server's resident
-memory within `--memory-tolerance` of what it was after the warm-up. It prints a summary and
-exits 1 when a check fails.
+pages kept by the prefix cache are free to take, not leaked); no program compiled while
+any request ran, warm-up included (`flint:programs_compiled_while_serving_total` did not
+grow: start-up compiles every program serving needs); and the server's resident memory
+within `--memory-tolerance` of what it was after the warm-up. It prints a summary and exits
+1 when a check fails.
 
 The server should serve nothing else meanwhile: the drain and memory checks read the
 server's /metrics as a whole."""
@@ -169,14 +171,14 @@ async def soak(args: argparse.Namespace) -> Report:
     async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, headers=headers, limits=limits) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         cases = all_cases(model, args.max_tokens)
-        await wait_until_idle(client, args.drain_timeout)
+        start = await wait_until_idle(client, args.drain_timeout)
         warmup = await run_load(client, [Planned(case) for case in cases], args.concurrency)
         before = await wait_until_idle(client, args.drain_timeout)
         started = time.perf_counter()
         results = await run_load(client, plan(cases, args.requests, args.drop_rate, args.seed), args.concurrency)
         seconds = time.perf_counter() - started
         after = await wait_until_idle(client, args.drain_timeout)
-    return Report(warmup, results, seconds, before, after, args.memory_tolerance)
+    return Report(warmup, results, seconds, start, before, after, args.memory_tolerance)
 
 
 def run(argv: list[str] | None = None) -> Report:

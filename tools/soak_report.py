@@ -9,6 +9,7 @@ from tools.soak_requests import Case
 
 MB = 1024 * 1024
 RSS = "process_resident_memory_bytes"
+COMPILED = "flint:programs_compiled_while_serving_total"
 PAGES_IN_USE, PAGES_CACHED = "flint:kv_cache_pages_in_use", "flint:kv_cache_pages_cached"
 
 
@@ -28,6 +29,7 @@ class Report:
     warmup: list[Result]
     results: list[Result]
     seconds: float  # the load's wall time, warm-up excluded
+    start: dict[str, float] | None  # /metrics once idle before the warm-up (None: it never was)
     before: dict[str, float] | None  # /metrics once idle after the warm-up (None: it never was)
     after: dict[str, float] | None  # /metrics once the load drained (None: it never did)
     memory_tolerance: float
@@ -35,12 +37,25 @@ class Report:
     def failures(self) -> list[str]:
         """Every failed check, in words; empty when the soak passed."""
         failures = self._answer_failures()
-        if self.before is None or self.after is None:
-            when = "after the warm-up" if self.before is None else "once the load ended"
+        if self.start is None or self.before is None or self.after is None:
+            when = ("before the warm-up" if self.start is None else "after the warm-up" if self.before is None
+                    else "once the load ended")
             return [*failures, f"the server did not go idle {when}"]
         if self.after.get(PAGES_IN_USE, 0) or self.after.get("flint:kv_cache_usage_perc", 0):
             failures.append(f"{self.after.get(PAGES_IN_USE)} KV-cache pages still held once the load drained")
-        return failures + self._memory_failures()
+        return failures + self._compile_failures() + self._memory_failures()
+
+    def _compile_failures(self) -> list[str]:
+        """Programs the server made while any request of the soak ran, the warm-up's first
+        requests of each kind included: start-up should have compiled every one."""
+        if any(COMPILED not in metrics for metrics in (self.start, self.before, self.after)):
+            return [f"the server's /metrics has no {COMPILED}"]
+        in_warmup = self.before[COMPILED] - self.start[COMPILED]
+        under_load = self.after[COMPILED] - self.before[COMPILED]
+        if in_warmup or under_load:
+            return [f"{in_warmup + under_load:.0f} programs compiled while serving ({in_warmup:.0f} during the "
+                    f"warm-up, {under_load:.0f} under the load; the server's log names them)"]
+        return []
 
     def _answer_failures(self) -> list[str]:
         everything = [*self.warmup, *self.results]
@@ -63,7 +78,12 @@ class Report:
 
     def summary(self) -> str:
         return "\n".join([*case_table(self.results), "", status_line(self.results), self._load_line(),
-                          self._memory_line(), self._pages_line()])
+                          self._compile_line(), self._memory_line(), self._pages_line()])
+
+    def _compile_line(self) -> str:
+        if not self.start or not self.after or COMPILED not in self.start or COMPILED not in self.after:
+            return "programs compiled while serving: unknown"
+        return f"programs compiled while serving: {self.after[COMPILED] - self.start[COMPILED]:.0f} during the soak"
 
     def _load_line(self) -> str:
         rate = len(self.results) / self.seconds if self.seconds else 0.0

@@ -1,14 +1,31 @@
-"""GET /health: 200 while serving, 503 while starting, draining or failed."""
+"""GET /health: 200 while serving, 503 while starting, draining or failed; once the engine
+has loaded, the body also says how it serves (api/engine_health.py)."""
 
 from __future__ import annotations
 
 from litestar import Response, get
 from litestar.datastructures import State
 
-from generated.flint import HealthResponse
+from api.engine_health import EngineHealth
+from generated.flint import HealthAttention, HealthBuckets, HealthResponse
 
 
 @get("/health", sync_to_thread=False)
-def health(state: State) -> Response[HealthResponse]:
+def health(state: State) -> Response[dict]:
     phase = state.server.phase
-    return Response(HealthResponse(status=phase), status_code=200 if phase == "ok" else 503)
+    engine = state.lifecycle.engine_health()
+    details = {} if engine is None else {"buckets": buckets_body(engine), "attention": attention_body(engine)}
+    # Unset, not null: before the engine has loaded there is nothing to say of it.
+    body = HealthResponse(status=phase, **details).model_dump(mode="json", exclude_unset=True)
+    return Response(body, status_code=200 if phase == "ok" else 503)
+
+
+def buckets_body(engine: EngineHealth) -> HealthBuckets:
+    return HealthBuckets(compiled=list(engine.compiled), missing=list(engine.missing), compiling=engine.compiling,
+                         error=engine.compile_error)
+
+
+def attention_body(engine: EngineHealth) -> HealthAttention:
+    choice = engine.attention
+    return HealthAttention(requested=choice.requested, in_use=choice.in_use, fell_back=choice.fallback is not None,
+                           reason=choice.fallback)

@@ -11,4 +11,5 @@ from api.metrics import CONTENT_TYPE
 @get("/metrics", sync_to_thread=False)
 def metrics(state: State) -> Response[bytes]:
     server = state.server
-    return Response(server.metrics.render(server.engine_stats()), media_type=CONTENT_TYPE)
+    return Response(server.metrics.render(server.engine_stats(), state.lifecycle.engine_health()),
+                    media_type=CONTENT_TYPE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -47,19 +48,38 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
     return MOSAIC_GPU if on_gpu and fits else REFERENCE
 
 
-def checked(name: str, requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
-            page_size: int) -> str:
-    """`name`, or the reference when `auto` chose the kernel and it fails its start-up check
-    on this machine (engine/attention/probe.py): logged, so a GPU still serves."""
-    if name != MOSAIC_GPU or requested != AUTO:
-        return name
-    problem = kernel_problem(attention_for(MOSAIC_GPU), reference_attention, num_heads, num_kv_heads, head_dim,
-                             page_size, dtype)
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The attention a runner serves with (`in_use`), from the `requested` flag; `fallback`:
+    why the kernel `auto` chose gave way to the reference (None: it did not). /health and
+    /metrics show it, so a GPU serving on the slow path is seen without reading the log."""
+    requested: str
+    in_use: str
+    fallback: str | None = None
+
+
+def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
+           page_size: int) -> AttentionChoice:
+    """What `requested` stands for here, after the kernel's start-up check."""
+    shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
+    name = resolve(requested, *shape)
+    problem = start_up_problem(name, requested, *shape)
     if problem is None:
-        return name
+        return AttentionChoice(requested, name)
     log.warning("the Mosaic GPU attention kernel failed its start-up check (%s): serving with the jnp "
                 "reference attention instead", problem)
-    return REFERENCE
+    return AttentionChoice(requested, REFERENCE, f"{name} failed its start-up check: {problem}")
+
+
+def start_up_problem(name: str, requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
+                     page_size: int) -> str | None:
+    """Why the kernel `auto` chose fails its start-up check on this machine
+    (engine/attention/probe.py); None when it passes, or when the kernel was asked for by
+    name (then it is what the user wants, checked or not)."""
+    if name != MOSAIC_GPU or requested != AUTO:
+        return None
+    return kernel_problem(attention_for(MOSAIC_GPU), reference_attention, num_heads, num_kv_heads, head_dim,
+                          page_size, dtype)
 
 
 def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) -> Attention:

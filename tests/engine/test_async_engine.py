@@ -97,9 +97,10 @@ async def outputs_until_death(async_engine, request):
     return outputs, None
 
 
-def test_a_failing_step_ends_every_stream_and_reports_the_death(tiny_engine_factory, monkeypatch):
+# A ValueError too: a collective that fails may raise one, and it is no refusal of the request.
+@pytest.mark.parametrize("fault", [RuntimeError("injected fault"), ValueError("a device error")], ids=["runtime", "value"])
+def test_a_failing_step_ends_every_stream_and_reports_the_death(tiny_engine_factory, monkeypatch, fault):
     engine = tiny_engine_factory(CONFIG)
-    fault = RuntimeError("injected fault")
     collect_results, calls = engine.runner.collect, []
 
     def collect_failing_on_the_fourth_call(flight):  # where a device error would surface

@@ -180,7 +180,11 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
     import engine.attention as attention
 
     monkeypatch.setattr(attention, "kernel_problem", lambda *args: "RuntimeError: no sm_90a")
-    assert attention.checked(MOSAIC_GPU, "auto", "bfloat16", 128, 32, 8, 16) == REFERENCE
+    monkeypatch.setattr(attention, "resolve", lambda name, *shape: MOSAIC_GPU)  # as on a GPU
+    choice = attention.choose("auto", "bfloat16", 128, 32, 8, 16)
+    assert choice.in_use == REFERENCE and "no sm_90a" in choice.fallback
     assert "no sm_90a" in caplog.text
-    assert attention.checked(MOSAIC_GPU, MOSAIC_GPU, "bfloat16", 128, 32, 8, 16) == MOSAIC_GPU  # asked for
-    assert attention.checked(REFERENCE, "auto", "float32", 128, 32, 8, 16) == REFERENCE
+    assert attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16) == attention.AttentionChoice(
+        MOSAIC_GPU, MOSAIC_GPU)  # asked for by name: not checked
+    monkeypatch.setattr(attention, "resolve", lambda name, *shape: REFERENCE)  # as on a CPU
+    assert attention.choose("auto", "float32", 128, 32, 8, 16) == attention.AttentionChoice("auto", REFERENCE)
