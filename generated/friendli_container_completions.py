@@ -81,9 +81,6 @@ class ResponseFormatText(BaseModel):
 
 
 class PromptTokensDetails(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     cached_tokens: Annotated[
         int | None,
         Field(
@@ -93,9 +90,6 @@ class PromptTokensDetails(BaseModel):
 
 
 class CompletionsLogprobs(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     text_offset: Annotated[
         list[int],
         Field(
@@ -141,9 +135,6 @@ class ResponseFormatJsonSchemaSchema(BaseModel):
 
 
 class TextUsage(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     prompt_tokens: Annotated[
         int,
         Field(
@@ -175,9 +166,6 @@ class TextUsage(BaseModel):
 
 
 class CompletionsChoice(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     index: Annotated[
         int,
         Field(
@@ -234,9 +222,6 @@ class ResponseFormatJsonSchema(BaseModel):
 
 
 class CompletionsResult(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     id: Annotated[str, Field(description="A unique ID of the completion.", title="Id")]
     object: Annotated[
         Literal["text_completion"],

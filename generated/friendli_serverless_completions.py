@@ -86,9 +86,6 @@ class ServerlessCompletionChoice(BaseModel):
     One generated result.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     index: Annotated[
         int,
         Field(
@@ -128,9 +125,6 @@ class ServerlessCompletionUsage(BaseModel):
     Token counts for the request.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     prompt_tokens: Annotated[
         int, Field(description="How many tokens the prompt had.", title="Prompt Tokens")
     ]
@@ -152,9 +146,6 @@ class ServerlessCompletionsResponse(BaseModel):
     Body of a non-streamed serverless completions reply: the generated choices and the token usage. Unlike the container reply it has no `id`, `object`, `model` or per-choice `finish_reason`.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     choices: Annotated[
         list[ServerlessCompletionChoice],
         Field(
@@ -170,9 +161,6 @@ class TokenSampledEvent(BaseModel):
     Stream event sent each time a token is generated for one of the choices.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     event: Annotated[
         Literal["token_sampled"],
         Field(
@@ -210,9 +198,6 @@ class CompleteEvent(BaseModel):
     Last stream event, sent once generation has finished; it repeats the full result of every choice together with the token usage.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-    )
     event: Annotated[
         Literal["complete"],
         Field(

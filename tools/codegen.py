@@ -10,8 +10,9 @@ Output is deterministic: no timestamps, a fixed generator version (pyproject.tom
 built-in formatter, so the same spec always gives the same bytes.
 
 Friendli's specs leave `additionalProperties` unsaid where Fireworks' say `false`; Flint
-refuses unknown keys at every depth (nothing is silently dropped), so their objects are
-closed before generation, except where a schema says otherwise (`additionalProperties: true`).
+refuses unknown keys at every depth of a request (nothing is silently dropped), so the
+objects their request bodies reach are closed before generation, except where a schema
+says otherwise (`additionalProperties: true`).
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def _rewrite_refs(node):
 
 
 def closed_objects(node):
-    """A copy of a spec document whose object schemas with properties allow no other key,
-    unless they say `additionalProperties` themselves."""
+    """A copy of a schema whose object schemas with properties allow no other key, unless
+    they say `additionalProperties` themselves."""
     if isinstance(node, list):
         return [closed_objects(item) for item in node]
     if not isinstance(node, dict):
@@ -116,6 +117,39 @@ def closed_objects(node):
     return result
 
 
+def request_schema_names(document: dict) -> set[str]:
+    """The component schemas a request body reaches, through `$ref`s at any depth. Only
+    those are closed: an answer Flint writes may carry fields another dialect adds."""
+    schemas = document.get("components", {}).get("schemas", {})
+    pending = [operation.get("requestBody", {}) for item in document.get("paths", {}).values()
+               for operation in item.values() if isinstance(operation, dict)]
+    names: set[str] = set()
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            ref = node.get("$ref", "")
+            name = ref.rsplit("/", 1)[-1] if ref.startswith("#/components/schemas/") else None
+            if name is not None and name not in names:
+                names.add(name)
+                pending.append(schemas.get(name, {}))
+            pending.extend(value for key, value in node.items() if key not in DATA_KEYWORDS)
+    return names
+
+
+def with_closed_requests(document: dict) -> dict:
+    """`document` with its request bodies' schemas closed (`closed_objects`)."""
+    schemas = document.get("components", {}).get("schemas", {})
+    closing = request_schema_names(document)
+    closed_schemas = {name: closed_objects(schema) if name in closing else schema for name, schema in schemas.items()}
+    paths = {path: {method: {**operation, "requestBody": closed_objects(operation["requestBody"])}
+                    if isinstance(operation, dict) and "requestBody" in operation else operation
+                    for method, operation in item.items()}
+             for path, item in document.get("paths", {}).items()}
+    return {**document, "paths": paths, "components": {**document.get("components", {}), "schemas": closed_schemas}}
+
+
 def generator_input(spec_path: Path, document: dict, workdir: Path) -> tuple[Path, list[str]]:
     """The file datamodel-codegen reads for one spec, and the options for its kind."""
     if "asyncapi" in document:
@@ -124,7 +158,7 @@ def generator_input(spec_path: Path, document: dict, workdir: Path) -> tuple[Pat
         return source, ASYNCAPI_OPTIONS
     if spec_path.stem in CLOSED_SPECS:
         source = workdir / f"{spec_path.stem}.json"
-        source.write_text(json.dumps(closed_objects(document), indent=1))
+        source.write_text(json.dumps(with_closed_requests(document), indent=1))
         return source, OPENAPI_OPTIONS
     return spec_path, OPENAPI_OPTIONS
 

@@ -13,6 +13,7 @@ instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,19 +66,17 @@ class ChatPlan:
 
 async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     """The engine requests (one per choice) and answer options of a parsed request."""
-    fields = body.model_dump(mode="json", by_alias=True, exclude_unset=True)  # no deprecation warnings
+    fields, messages, tools = await asyncio.to_thread(read_request, body)
     log_caller(fields)
     stream_options = fields.get("stream_options") or {}
     if stream_options and not body.stream:
         raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
     n = 1 if body.n is None else int(check_range("n", body.n, 1, limits.MAX_CHOICES, integer=True))
-    tools = chat_tools(fields)
     if tools is not None and body.stream and any(tool.custom for tool in tools.tools):
         raise invalid("stream", "custom tool calls cannot be streamed: the chunk schema has no shape for them")
     reasoning = plan_reasoning(server.tokenizer, fireworks_ask(fields.get("reasoning_effort"), fields.get("thinking"),
                                                                fields.get("reasoning_history")))
-    prompt_ids = await chat_prompt_ids(server, prompt_messages(fields), tools=tools.tools if tools else None,
-                                       reasoning=reasoning)
+    prompt_ids = await chat_prompt_ids(server, messages, tools=tools.tools if tools else None, reasoning=reasoning)
     tool_format = answer_format(server.tokenizer.chat_template) if tools else None
     if tools is not None:
         await check_tool_grammars(server, list(tools.given), *TOOL_GRAMMAR_PATHS[tools.deprecated_functions])
@@ -88,7 +87,7 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     max_tokens = max_tokens_for(fields, len(prompt_ids), server.max_model_len)
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
-    prediction = prediction_token_ids(fields, server.tokenizer, server.max_model_len)
+    prediction = await prediction_token_ids(body, server)
     thinking = reasoning.engine_reasoning(prompt_ids, server.tokenizer)
     choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids, sampling=replace(sampling, seed=seed),
                              stop=stop, grammar=grammar, prediction=prediction, reasoning=thinking)
@@ -97,6 +96,14 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
                     include_usage=bool(stream_options.get("include_usage")),
                     include_obfuscation=stream_options.get("include_obfuscation") is not False,
                     logprobs=bool(body.logprobs), tools=tools, tool_format=tool_format, reasoning=reasoning)
+
+
+def read_request(body: ChatCompletionBody) -> tuple[dict[str, Any], list[dict[str, Any]], ChatTools | None]:
+    """The request as given (JSON data), the conversation the template renders, and the
+    tools. In a worker thread: a conversation or tool list as long as the body limit allows
+    takes a second or more to copy and read, and the event loop serves everyone else."""
+    fields = body.model_dump(mode="json", by_alias=True, exclude_unset=True)  # no deprecation warnings
+    return fields, prompt_messages(fields), chat_tools(fields)
 
 
 def answer_grammar(fields: dict[str, Any], tools: ChatTools | None,
@@ -152,4 +159,4 @@ def stop_strings(body: ChatCompletionBody) -> tuple[str, ...]:
 def log_caller(fields: dict[str, Any]) -> None:
     given = {name: fields[name] for name in LOGGED_FIELDS if fields.get(name) is not None}
     if given:
-        log.info("chat completion for %s", given)
+        log.info("chat completion for %.500s", given)  # cut: a field as long as the body is not logged whole

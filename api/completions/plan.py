@@ -29,6 +29,7 @@ Decisions (see ../shared/API-DIALECTS.md for the dialect table):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from dataclasses import dataclass, replace
@@ -92,11 +93,12 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
     echo_last = echo_count(body)
     logprobs = logprobs_of(body)
     grammar = await answer_grammar(body, server)
-    embeddings = replaced_embeddings(body, server, prompts)
+    embeddings = await asyncio.to_thread(replaced_embeddings, body, server, prompts)  # up to millions of numbers
     reasoning = completion_reasoning(body, server)
+    prediction = await prediction_token_ids(body, server)
     choices = [replace(choice, grammar=grammar, embeddings=embeddings,
                        reasoning=reasoning and reasoning.engine_reasoning(choice.prompt_token_ids, server.tokenizer))
-               for choice in choice_requests(body, server, prompts, n, echo_last, logprobs, beam)]
+               for choice in choice_requests(body, server, prompts, n, echo_last, logprobs, beam, prediction)]
     return CompletionPlan(
         body=body, prompts=prompts, prompt_texts=texts, n=n, choices=choices, stream=stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
@@ -121,7 +123,8 @@ def choice_count(n: int | None) -> int:
 
 def log_tracing_fields(body: Any) -> None:
     if body.user is not None or body.metadata or body.prompt_cache_key is not None:
-        log.info("completion request: user=%r prompt_cache_key=%r metadata=%r",
+        # Each cut: a field as long as the body is not logged whole.
+        log.info("completion request: user=%.200r prompt_cache_key=%.200r metadata=%.500r",
                  body.user, body.prompt_cache_key, body.metadata)
 
 
@@ -165,10 +168,11 @@ def stop_criteria(body: Any, values: EngineValues, vocab_size: int) -> StopCrite
     sequence_ids = [token for sequence in body.stop_tokens or [] for token in sequence.tokens or []]
     limits.check_list("stop_tokens", sequence_ids, limits.MAX_STOP_TOKEN_IDS, "token ids in all")
     limits.check_list("eos_token", body.eos_token, limits.MAX_STOP_TOKEN_IDS, "token ids")
-    ids = sequence_ids + list(body.eos_token or [])
+    ids = check_token_ids("stop_tokens", sequence_ids, vocab_size) + check_token_ids("eos_token", body.eos_token or [],
+                                                                                       vocab_size)
     if body.min_tokens is not None and body.min_total_tokens is not None:
         raise invalid("min_total_tokens", "give `min_tokens` or `min_total_tokens`, not both")
-    return values.stop_criteria(strings=stops, token_ids=check_token_ids("stop_tokens", ids, vocab_size))
+    return values.stop_criteria(strings=stops, token_ids=ids)
 
 
 def sampling_of(body: Any, values: EngineValues, tokenizer, vocab_size: int, logprobs: int | None) -> SamplingParams:
@@ -214,16 +218,15 @@ def max_tokens_for(body: Any, prompt: list[int], max_model_len: int) -> int:
 
 def choice_requests(body: Any, server: ServerState, prompts: list[list[int]], n: int,
                     echo_last: float | None, logprobs: int | None,
-                    beam: BeamSearchParams | None = None) -> list[ChoiceRequest]:
+                    beam: BeamSearchParams | None = None, prediction: tuple[int, ...] = ()) -> list[ChoiceRequest]:
     """prompt index p, choice i -> choice index p * n + i, with the seed of choice i. A beam
-    search is one request per prompt, whose beams become choices p * num_beams + i."""
+    search is one request per prompt, whose beams become choices p * num_beams + i; the
+    others check `prediction`'s tokens as drafts."""
     tokenizer, vocab_size = server.tokenizer, server.tokenizer.vocab_size
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
     sampling = sampling_of(body, values, tokenizer, vocab_size, logprobs)
     stop = stop_criteria(body, values, vocab_size)
     seeds = choice_seed_list(body.seed, n)
-    predicted = body.model_dump(mode="json", include={"prediction", "speculation"}, exclude_none=True)
-    prediction = prediction_token_ids(predicted, tokenizer, server.max_model_len)
     choices = []
     for p, prompt in enumerate(prompts):
         if not prompt:

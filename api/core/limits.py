@@ -24,6 +24,7 @@ MAX_PHRASE_TOKENS = 32  # tokens of one bad-word phrase
 MAX_FORCED_TOKENS = 256  # Friendli's `forced_output_tokens`
 MAX_NO_REPEAT_NGRAM = 32  # Friendli's `no_repeat_ngram`: its bans cost n x length on every step
 MAX_STRING_CHARS = 256  # one stop string or bad word
+MAX_BUDGET_END_CHARS = 1024  # Fireworks' `thinking.budget_end_str`, encoded as each request is planned
 MAX_INCLUDE = 16  # the Responses API's `include` (it names a handful of kinds of extra data)
 
 

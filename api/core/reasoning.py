@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.refusals import NOT_REASONING, plain
 
@@ -112,6 +113,9 @@ def bridge_phrase(value: Any) -> str | None:
     ENABLED_EFFORT's), so the phrase always has one to end."""
     if value is not None and not isinstance(value, str):
         raise invalid("thinking.budget_end_str", "`thinking.budget_end_str` must be a string")
+    if value is not None and len(value) > limits.MAX_BUDGET_END_CHARS:  # else megabytes are encoded on the loop
+        raise invalid("thinking.budget_end_str", f"`thinking.budget_end_str` may be at most "
+                                                 f"{limits.MAX_BUDGET_END_CHARS} characters long")
     return value
 
 

@@ -167,7 +167,7 @@ TOOL_TABLES = [
         "allowed_callers": refusals.refused_unless(f"only the model calls tools here: {HOSTED_TOOLS}", ["direct"]),
     }),
     every_field(ToolInputSchema, READ_TOOL),
-    every_field(ToolChoiceAuto, Planned(CHOICE, TOOLS + "test_auto_answers_text_or_calls_that_validate")),
+    every_field(ToolChoiceAuto, Planned(CHOICE, TOOLS + "test_auto_calls_once_the_model_writes_the_trigger")),
     every_field(ToolChoiceAny, Planned(CHOICE, TOOLS + "test_any_calls_validate_against_their_schemas")),
     every_field(ToolChoiceTool, Planned(CHOICE, TOOLS + "test_a_named_tool_choice_calls_that_tool")),
     every_field(ToolChoiceNone, Planned(CHOICE, TOOLS + "test_none_answers_text_with_the_tools_in_the_prompt")),

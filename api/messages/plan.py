@@ -26,6 +26,7 @@ and tools combine as in chat: the reply is either that JSON or calls.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -106,11 +107,10 @@ async def prompt_ids(body: PromptBody, server: ServerState) -> list[int]:
 
 async def prepare(body: PromptBody, server: ServerState) -> Prepared:
     """The prompt of `body` with its tools, and the grammar of its reply (each checked)."""
-    tools = messages_tools(body)
     reasoning = plan_reasoning(server.tokenizer, anthropic_ask(body.thinking))
     if isinstance(body, MessagesBody):  # a token count has no max_tokens
         check_budget_below(reasoning.ask, body.max_tokens)
-    conversation, prefill = template_conversation(body, signing_key(server.settings.data_dir))
+    tools, conversation, prefill = await asyncio.to_thread(read_body, body, server.settings.data_dir)
     if prefill and reasoning.ask.think:
         raise invalid("thinking", "thinking cannot be enabled when the final message is an assistant prefill: "
                                   "the reply would begin with the prefill, not with thinking")
@@ -124,6 +124,15 @@ async def prepare(body: PromptBody, server: ServerState) -> Prepared:
     await check_grammar(server, grammar, grammar_field)
     return Prepared(ids, grammar, tool_format, reasoning,
                     reasoning.engine_reasoning(ids, server.tokenizer, prefilled=bool(prefill)))
+
+
+def read_body(body: PromptBody, data_dir: str) -> tuple[MessagesTools | None, list[dict[str, Any]], str]:
+    """The tools, the conversation and its prefill (template_conversation). In a worker
+    thread: as many messages, blocks or tools as the body limit allows take seconds to read
+    and check, and the event loop serves everyone else."""
+    tools = messages_tools(body)
+    conversation, prefill = template_conversation(body, signing_key(data_dir))
+    return tools, conversation, prefill
 
 
 def answer_grammar(body: PromptBody, tools: MessagesTools | None,

@@ -11,6 +11,7 @@ answer also stops at the end of the context window.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from api.responses.input import Item, chat_messages, request_items
 from api.responses.store import conversation_of, previous_response
 from api.responses.tools import SCHEMA_PATH, ResponseTools, response_tools
 from api.core.state import ServerState
+from api.core.store import StoredResponse
 from engine.grammar import Grammar
 from engine.sampling.params import MAX_LOGPROBS
 from generated.flint import CreateResponseRequest
@@ -73,18 +75,16 @@ class ResponsePlan:
 
 async def plan_response(request: CreateResponseRequest, server: ServerState) -> ResponsePlan:
     """The engine request and answer options of a parsed request."""
-    fields = request.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    log_caller(fields)
     if request.stream_options is not None and not request.stream:
         raise invalid("stream_options", "`stream_options` is only allowed with `stream: true`")
     previous = await previous_response(server, request.previous_response_id)
-    history = conversation_of(previous) if previous is not None else []
-    items = request_items(request)
-    tools = response_tools(request)
+    given = await asyncio.to_thread(read_request, request, previous)
+    log_caller(given.fields)
+    tools = given.tools
     reasoning = plan_reasoning(server.tokenizer, effort_ask(request.reasoning.effort if request.reasoning else None,
                                                             "reasoning.effort"))
-    prompt_ids = await chat_prompt_ids(server, chat_messages(request.instructions, history, items), param="input",
-                                       tools=tools.tools if tools else None, reasoning=reasoning)
+    prompt_ids = await chat_prompt_ids(server, given.messages, param="input", tools=tools.tools if tools else None,
+                                       reasoning=reasoning)
     tool_format = answer_format(server.tokenizer.chat_template) if tools else None
     grammar = await checked_grammar(server, request, tools, tool_format)
     choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids, grammar=grammar,
@@ -94,8 +94,29 @@ async def plan_response(request: CreateResponseRequest, server: ServerState) -> 
     if logprobs and tools is not None:
         raise invalid("include", f"`{LOGPROBS_INCLUDE}` cannot be combined with tools: an answer's tokens "
                                  "may hold both text and calls")
-    return ResponsePlan(request=request, body=fields, history=history, input_items=items, choices=[choice],
-                        logprobs=logprobs, tools=tools, tool_format=tool_format, reasoning=reasoning)
+    return ResponsePlan(request=request, body=given.fields, history=given.history, input_items=given.items,
+                        choices=[choice], logprobs=logprobs, tools=tools, tool_format=tool_format, reasoning=reasoning)
+
+
+@dataclass(frozen=True)
+class GivenRequest:
+    """What planning reads out of the whole request."""
+
+    fields: dict[str, Any]  # the request as given (JSON), for the store
+    history: list[Item]  # the stored conversation this one continues, oldest first
+    items: list[Item]  # this request's input as stored items
+    tools: ResponseTools | None
+    messages: list[Item]  # the conversation the template renders
+
+
+def read_request(request: CreateResponseRequest, previous: StoredResponse | None) -> GivenRequest:
+    """The request read, in a worker thread: an input of as many items as the body limit
+    allows takes seconds to copy and number, and the event loop serves everyone else."""
+    fields = request.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    history = conversation_of(previous) if previous is not None else []
+    items = request_items(request)
+    tools = response_tools(request)
+    return GivenRequest(fields, history, items, tools, chat_messages(request.instructions, history, items))
 
 
 async def checked_grammar(server: ServerState, request: CreateResponseRequest, tools: ResponseTools | None,
@@ -141,4 +162,4 @@ def logprobs_count(request: CreateResponseRequest) -> int | None:
 def log_caller(fields: dict[str, Any]) -> None:
     given = {name: fields[name] for name in LOGGED_FIELDS if fields.get(name) is not None}
     if given:
-        log.info("response for %s", given)
+        log.info("response for %.500s", given)  # cut: a field as long as the body is not logged whole

@@ -14,6 +14,7 @@ import json
 import openai
 import pytest
 
+from api.core.limits import MAX_BUDGET_END_CHARS
 from api.core.reasoning import EFFORT_BUDGETS, ENABLED_EFFORT
 from chat_helpers import URL, sse_payloads
 from engine.reasoning import DEFAULT_BUDGET_END
@@ -91,6 +92,13 @@ def test_a_thinking_budget_forces_its_end_phrase_then_the_end_tag(client, tokeni
         assert len(thoughts) == 1024 and thoughts[1024 - len(forced):] == forced and END_ID not in thoughts
         assert reply["choices"][0]["message"]["reasoning_content"] == texts(tokenizer, ids)[0]
         assert reply["usage"]["completion_tokens_details"]["reasoning_tokens"] == 1026
+
+
+def test_a_budget_end_phrase_past_its_cap_is_refused(client):
+    """The phrase is encoded as the request is planned, on the event loop: a cap keeps a
+    phrase as long as the body limit from stalling every other request."""
+    phrase = "x" * (MAX_BUDGET_END_CHARS + 1)
+    assert error_param(client, thinking={"type": "enabled", "budget_end_str": phrase}) == "thinking.budget_end_str"
 
 
 def test_thinking_and_its_options_are_checked(client):

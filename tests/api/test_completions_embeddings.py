@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from api.completions import plan
 from completions_helpers import complete
+from loop_helpers import watch_where_called
 from tiny_models import tiny_checkpoint
 
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77, 4000, 12, 901]
@@ -71,3 +73,11 @@ def test_a_malformed_replacement_is_a_400_naming_its_field(client, embed, path, 
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == field and words in error["message"]
+
+
+def test_the_replacements_are_read_in_a_worker_thread(client, embed, monkeypatch):
+    """The body limit allows millions of numbers, each checked and sliced into its vector:
+    on the event loop that would stall every other request meanwhile."""
+    calls = watch_where_called(monkeypatch, plan, "replaced_embeddings")
+    complete(client, **greedy_body(PROMPT, **replacement_fields(embed, SWAPS)))
+    assert calls == [False], "the replacements were read on the event loop"

@@ -12,6 +12,7 @@ from litestar.testing import TestClient
 from api.settings import Settings
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from chat_helpers import MODEL_ID
+from loop_helpers import on_event_loop
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -112,3 +113,53 @@ def test_bad_predictions_are_400s_naming_the_field(client, fields, param):
     assert "speculation" in error["message"] or "prediction" in error["message"]
     if param:
         assert error["param"] == param
+
+
+@pytest.fixture
+def encoded_texts(client, monkeypatch) -> dict[str, bool]:
+    """Each text the served tokenizer encodes, and whether it was encoded on the event loop
+    (a thread with a running loop) rather than in a worker thread."""
+    tokenizer = client.app.state.server.tokenizer
+    encode, seen = tokenizer.encode, {}
+
+    def watched_encode(text, *args, **kwargs):
+        seen[text] = seen.get(text, False) or on_event_loop()
+        return encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "encode", watched_encode)
+    return seen
+
+
+PREDICTED = "the predicted answer, encoded off the event loop"
+
+
+@pytest.mark.parametrize("path, fields", [
+    (COMPLETIONS, {"prompt": "Hi", "max_tokens": 2, "prediction": PREDICTED}),
+    (CHAT, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+            "prediction": {"type": "content", "content": [{"type": "text", "text": PREDICTED}]}}),
+    (CHAT, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "speculation": PREDICTED}),
+])
+def test_a_prediction_is_encoded_in_a_worker_thread(client, encoded_texts, path, fields):
+    """Encoding a prediction as large as the body limit takes seconds: on the event loop it
+    would stall every other request meanwhile."""
+    response = client.post(path, json={"model": MODEL_ID, **fields})
+    assert response.status_code == 200, response.text
+    assert encoded_texts.get(PREDICTED) is False, "the prediction was encoded on the event loop, or not at all"
+
+
+@pytest.mark.parametrize("path, name, as_field", [
+    (COMPLETIONS, "prediction", lambda text: text),
+    (COMPLETIONS, "speculation", lambda text: text),
+    (CHAT, "prediction", lambda text: {"type": "content", "content": text}),
+    (CHAT, "speculation", lambda text: text),
+], ids=["completions-prediction", "completions-speculation", "chat-prediction", "chat-speculation"])
+def test_a_prediction_too_long_for_the_context_is_refused_unencoded(client, encoded_texts, path, name, as_field):
+    """No text of more bytes than the context window's tokens can hold fits, whatever it
+    would encode to: such a prediction is a 400 before any second is spent encoding it."""
+    server = client.app.state.server
+    text = "x" * (server.max_model_len * server.max_token_bytes + 1)
+    prompt = {"prompt": "Hi"} if path == COMPLETIONS else {"messages": [{"role": "user", "content": "Hi"}]}
+    response = client.post(path, json={"model": MODEL_ID, **prompt, "max_tokens": 2, name: as_field(text)})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == name
+    assert text not in encoded_texts, "the prediction was encoded before its size was checked"
