@@ -22,12 +22,9 @@ setup: $(INSTALLED)
 serve: setup
 	$(BIN)/flint serve $(FLINT_ARGS)
 
-# One pytest worker per core; tests sharing a costly fixture stay in one worker (tests/conftest.py).
-TEST_WORKERS ?= auto
-
 test: setup
 	$(BIN)/python tools/codegen.py --check
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 codegen: setup
 	$(BIN)/python tools/codegen.py

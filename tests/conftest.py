@@ -4,6 +4,7 @@ embedded SmolLM2 checkpoint and tokenizer (loaded once per session), and tiny ra
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import sys
@@ -47,22 +48,37 @@ def use_compilation_cache(directory: Path) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# Tests that share one costly session fixture run in one worker process (pytest-xdist's
-# loadgroup), so that it is built once: the live SmolLM2 server compiles for minutes.
-SHARED_FIXTURE_GROUPS = {"live": "live-smollm2"}
+# Clearing jax's caches costs about a second a module (small programs compile again), so it
+# waits until this many of the process's 65,530 memory mappings are taken.
+MAPPINGS_BEFORE_CLEARING = 30_000
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
-def pytest_collection_modifyitems(config, items) -> None:
-    """Group every test for `--dist loadgroup`: by the costly fixture it shares, else by its
-    module (a module's fixtures are built once, in one worker). The shared groups go first:
-    they are the longest, and a worker that ends with one would leave the other idle."""
-    for item in items:
-        group = next((name for fixture, name in SHARED_FIXTURE_GROUPS.items() if fixture in item.fixturenames),
-                     item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
-    shared = set(SHARED_FIXTURE_GROUPS.values())
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] not in shared)
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """Before each module, let go of the programs the finished modules' engines compiled.
+
+    XLA:CPU maps every compiled kernel into its own small memory areas, and one process
+    may hold only `vm.max_map_count` (65,530) of them. The suite compiles thousands of
+    programs in this one process: kept until exit, they ran it out of mappings, and LLVM
+    aborted the run ("Fatal Python error: Aborted" in a fixture's compile). Collecting
+    finished engines unmaps most of their code; clearing jax's caches unmaps the rest.
+    (Done at a module's start: at the last one's teardown its final test still holds its
+    fixtures.)"""
+    gc.collect()
+    if memory_mappings() > MAPPINGS_BEFORE_CLEARING:
+        import jax
+        jax.clear_caches()
+        gc.collect()
+    yield
+
+
+def memory_mappings() -> int:
+    """How many memory areas this process has mapped (every one, where /proc can't tell)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return MAPPINGS_BEFORE_CLEARING + 1
 
 
 def pytest_unconfigure(config) -> None:

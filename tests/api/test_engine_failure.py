@@ -78,7 +78,7 @@ def test_a_dead_engine_fails_its_requests_and_the_server(failing):
     wait_for(lambda: failures)
     assert isinstance(failures[0], InjectedFault) and len(failures) == 1
     health = client.get("/health")
-    assert health.status_code == 503 and health.json() == {"status": "failed"}
+    assert health.status_code == 503 and health.json()["status"] == "failed"
     chat = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
     assert chat.status_code == 503 and chat.json()["error"]["code"] == "failed"
     message = client.post("/v1/messages", json={"model": MODEL, "messages": USER, "max_tokens": 5})

@@ -27,7 +27,7 @@ def server(tmp_path_factory):
 
 
 def test_serve_answers_health_and_models(server):
-    assert httpx.get(f"{server}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{server}/health").json()["status"] == "ok"
     models = httpx.get(f"{server}/v1/models").json()
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct"]

@@ -99,7 +99,11 @@ def test_the_prefix_cache_never_mixes_replaced_and_plain_pages(engine, checkpoin
     plain = run(engine, generation(PROMPT, "plain-1"))
     replaced = run(engine, generation(PROMPT, "replaced-1", embeddings))
     assert replaced[2] == 0 and replaced[0] == run(engine, generation(swapped(PROMPT, {1: 4321}), "swapped"))[0]
-    assert run(engine, generation(PROMPT, "plain-2"))[:2] == plain[:2]
+    # Read from the cache, the plain prompt gives the same tokens; its logprobs agree to
+    # float32 rounding (a cached prefix computes the rest in other chunks).
+    plain_again = run(engine, generation(PROMPT, "plain-2"))
+    assert plain_again[0] == plain[0]
+    np.testing.assert_allclose(plain_again[1], plain[1], rtol=1e-5, atol=1e-5)
     again = run(engine, generation(PROMPT, "replaced-2", embeddings))
     assert again[2] > 0 and again[0] == replaced[0]
 
