@@ -271,8 +271,7 @@ class Engine:
             try:
                 outputs.append(beam_step.final_output(search, self.tokenizer))
             except Exception as error:
-                self._sequences.pop(search.request_id, None)
-                self._failures.append(failed_output(search.root, error))
+                self._fail(search.root, error)
         return outputs
 
     def plan(self, scheduled: SchedulerOutput) -> list[RowPlan]:
