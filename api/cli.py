@@ -46,8 +46,11 @@ def generate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"flint: {error}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    # One sequence at a time: a small step budget keeps start-up compilation short.
+    # One sequence: its decode steps are one token each, and its prompt goes in chunks of up
+    # to 128 tokens. Those two shapes are all it runs, so they are all it compiles (the
+    # default buckets would compile seven: a minute more of start-up on a small CPU).
     config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
+                          token_buckets=(1, 128),
                           num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention)
     set_up_compilation_cache(compilation_cache_from_args(args))

@@ -98,6 +98,10 @@ class EngineConfig:
     # rows keeps the batch's shape static; the scheduler splits prompt chunks to fit them.
     max_embedding_rows: int = 16
     seed: int = 0  # seeds the random seeds of unseeded requests
+    # False: compile the step with XLA's backend (LLVM) optimizations off. On a CPU that
+    # halves a step's compile and slows its run (twice as slow for SmolLM2's decode): for
+    # tiny models whose steps take milliseconds, which is what the test suite serves.
+    optimize_compiled_code: bool = True
 
     def __post_init__(self) -> None:
         if not self.token_buckets:
@@ -117,6 +121,14 @@ class EngineConfig:
             raise ValueError("max_num_seqs must not exceed max_num_batched_tokens")
         if self.max_pages_per_seq > self.num_pages - 1:
             raise ValueError("the KV cache must hold at least one sequence of max_model_len tokens")
+
+    @property
+    def compiler_options(self) -> dict | None:
+        """XLA options for the step's compile: a quick one (what jax_disable_most_optimizations
+        sets, for this program alone) when `optimize_compiled_code` is False."""
+        if self.optimize_compiled_code:
+            return None
+        return {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
     @property
     def max_pages_per_seq(self) -> int:

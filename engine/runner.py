@@ -57,7 +57,8 @@ class ModelRunner:
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
-        self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,))
+        self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
+                             compiler_options=engine_config.compiler_options)
         self._compiled: dict[int, Callable] = {}
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))

@@ -41,7 +41,7 @@ def test_health_is_ok_once_started(client):
 
 # Three buckets: start-up compiles the essential two (16 and 64), the background the third.
 THREE_BUCKETS = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=160,
-                             token_buckets=(16, 32, 64))
+                             token_buckets=(16, 32, 64), optimize_compiled_code=False)
 
 
 @pytest.fixture(scope="module")

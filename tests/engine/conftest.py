@@ -11,7 +11,11 @@ from engine.engine import Engine
 from tiny_models import tiny_checkpoint
 
 
-SMOLLM2_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=256, num_pages=600)
+# Three buckets, not the default eight: one token (a single stream's decode), 16 (the batch's
+# decode, the short prompts' prefill) and 256 (the long prefills). Each SmolLM2 bucket costs
+# seconds of compile on a small CPU, and these tests need no other shape.
+SMOLLM2_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=256, num_pages=600,
+                              token_buckets=(1, 16, 256))
 
 
 # Module scope: only test_engine_smollm2 uses them, and compiled SmolLM2 engines kept to the
@@ -38,12 +42,19 @@ def tiny_engine_checkpoint(smollm2_tokenizer):
 
 @pytest.fixture(scope="session")
 def tiny_engine_factory(smollm2_tokenizer, tiny_engine_checkpoint):
-    """Engines over one tiny random model, each with its own EngineConfig."""
+    """make(config, all_buckets=False): an engine over one tiny random model.
+
+    By default it compiles only its essential buckets (one token and the largest), as
+    `flint serve` does before it is healthy: every step then runs in one of those two
+    shapes, padded, with the same tokens (test_engine_tiny shows it). A bucket costs
+    seconds of compile even for the tiny model, most of the suite's time; tests of the
+    buckets themselves ask for all of them. XLA's backend optimizations are off: they
+    double a tiny step's compile and save microseconds of its run."""
     checkpoint = tiny_engine_checkpoint
 
-    def make(config: EngineConfig) -> Engine:
-        engine = Engine(checkpoint, smollm2_tokenizer, config)
-        engine.runner.warmup()
+    def make(config: EngineConfig, all_buckets: bool = False) -> Engine:
+        engine = Engine(checkpoint, smollm2_tokenizer, dataclasses.replace(config, optimize_compiled_code=False))
+        engine.runner.warmup(buckets=None if all_buckets else engine.runner.essential_buckets())
         return engine
 
     return make

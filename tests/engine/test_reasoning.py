@@ -21,7 +21,7 @@ from engine.request import Request, RequestOutput, SamplingParams, StopCriteria
 from qwen3_tiny import R1_STYLE_TEMPLATE, qwen3_checkpoint, qwen3_tokenizer
 
 CONFIG = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=64, num_pages=200,
-                      token_buckets=(8, 64))
+                      token_buckets=(8, 64), optimize_compiled_code=False)
 USER = [{"role": "user", "content": "What is 6 x 7?"}]
 
 
