@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from litestar.testing import TestClient
 
@@ -17,12 +15,6 @@ from api_helpers import TINY_ENGINE, wait_until_serving
 from qwen3_tiny import qwen3_checkpoint, qwen3_tokenizer
 from tiny_models import tiny_checkpoint
 
-def quick_to_compile(config: EngineConfig) -> EngineConfig:
-    """A tiny model's engine compiles without XLA's backend optimizations: they double its
-    compile, a few seconds a bucket, and save microseconds of its steps."""
-    return dataclasses.replace(config, optimize_compiled_code=False)
-
-
 @pytest.fixture(scope="session")
 def tiny_app_factory(smollm2_tokenizer):
     """make(settings, tokenizer) -> an app whose engine is the tiny random model (compiled
@@ -31,7 +23,7 @@ def tiny_app_factory(smollm2_tokenizer):
 
     def make(settings: Settings | None = None, tokenizer: Tokenizer | None = None):
         def engine_factory(settings: Settings) -> Engine:
-            engine = Engine(checkpoint, tokenizer or smollm2_tokenizer, quick_to_compile(settings.engine))
+            engine = Engine(checkpoint, tokenizer or smollm2_tokenizer, settings.engine)
             engine.runner.warmup()
             return engine
 
@@ -74,7 +66,7 @@ def qwen3_app(tool_tokens: bool = True):
     checkpoint = qwen3_checkpoint(tokenizer.vocab_size)
 
     def engine_factory(settings: Settings) -> Engine:
-        engine = Engine(checkpoint, tokenizer, quick_to_compile(settings.engine))
+        engine = Engine(checkpoint, tokenizer, settings.engine)
         engine.runner.warmup()
         return engine
 

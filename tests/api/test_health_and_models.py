@@ -13,7 +13,7 @@ import api.lifecycle as lifecycle
 import engine.attention as attention
 from api.app import create_app
 from api.settings import Settings
-from api_helpers import TINY_ENGINE, wait_until_serving
+from api_helpers import ONE_BUCKET_ENGINE, TINY_ENGINE, wait_until_serving
 from engine.config import EngineConfig
 from engine.engine import Engine
 from generated.flint import ErrorResponse, HealthResponse, ModelList
@@ -41,7 +41,7 @@ def test_health_is_ok_once_started(client):
 
 # Three buckets: start-up compiles the essential two (16 and 64), the background the third.
 THREE_BUCKETS = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=160,
-                             token_buckets=(16, 32, 64), optimize_compiled_code=False)
+                             token_buckets=(16, 32, 64))
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_a_custom_model_is_served(tmp_path, tiny_app_factory):
     model_dir.mkdir()
     # A context shorter than the engine's max_model_len caps what is served.
     (model_dir / "config.json").write_text(json.dumps({"max_position_embeddings": 128}))
-    app = tiny_app_factory(Settings(model=str(model_dir), engine=TINY_ENGINE))
+    app = tiny_app_factory(Settings(model=str(model_dir), engine=ONE_BUCKET_ENGINE))
     with TestClient(app=app) as client:
         wait_until_serving(client)
         data = client.get("/v1/models").json()["data"]

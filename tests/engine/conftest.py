@@ -42,18 +42,21 @@ def tiny_engine_checkpoint(smollm2_tokenizer):
 
 @pytest.fixture(scope="session")
 def tiny_engine_factory(smollm2_tokenizer, tiny_engine_checkpoint):
-    """make(config, all_buckets=False): an engine over one tiny random model.
+    """make(config, all_buckets=False, optimized=False): an engine over one tiny random model.
 
     By default it compiles only its essential buckets (one token and the largest), as
     `flint serve` does before it is healthy: every step then runs in one of those two
     shapes, padded, with the same tokens (test_engine_tiny shows it). A bucket costs
     seconds of compile even for the tiny model, most of the suite's time; tests of the
-    buckets themselves ask for all of them. XLA's backend optimizations are off: they
-    double a tiny step's compile and save microseconds of its run."""
+    buckets themselves ask for all of them. XLA's backend optimizations are off: that
+    saves about 45% of a bucket's compile CPU, and these tests, which compile more than
+    they run, hardly feel the slower steps. A test that runs many steps asks for
+    `optimized` ones (the speculation tests ran twice as long without). The API's apps keep
+    the optimizations: their tests send many requests, and there the two costs cancel."""
     checkpoint = tiny_engine_checkpoint
 
-    def make(config: EngineConfig, all_buckets: bool = False) -> Engine:
-        engine = Engine(checkpoint, smollm2_tokenizer, dataclasses.replace(config, optimize_compiled_code=False))
+    def make(config: EngineConfig, all_buckets: bool = False, optimized: bool = False) -> Engine:
+        engine = Engine(checkpoint, smollm2_tokenizer, dataclasses.replace(config, optimize_compiled_code=optimized))
         engine.runner.warmup(buckets=None if all_buckets else engine.runner.essential_buckets())
         return engine
 

@@ -75,12 +75,14 @@ def test_serving_after_warmup_never_compiles(roomy):
 
 def test_with_only_its_essential_buckets_the_engine_serves_the_same_tokens_without_compiling(smollm2_tokenizer):
     """What `flint serve` is healthy with: one token and the largest bucket; the rest later.
-    (No prefix caching, so the second run computes its prompts whole, in the buckets that fit.)"""
-    config = dataclasses.replace(ROOMY, enable_prefix_caching=False, optimize_compiled_code=False)
+    (No prefix caching, so the second run computes its prompts whole, in the buckets that fit;
+    three buckets, so that one is left for later.)"""
+    config = dataclasses.replace(ROOMY, enable_prefix_caching=False, optimize_compiled_code=False,
+                                 token_buckets=(1, 4, 128))
     engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
     engine.runner.warmup(buckets=engine.runner.essential_buckets())
-    assert engine.runner.remaining_buckets() == ROOMY.token_buckets[1:-1]
-    assert engine.runner.bucket_for(3) == ROOMY.token_buckets[-1] and engine.runner.bucket_for(1) == 1
+    assert engine.runner.remaining_buckets() == (4,)
+    assert engine.runner.bucket_for(3) == 128 and engine.runner.bucket_for(1) == 1
     compiles = []
 
     def listen(event: str, duration: float, **_) -> None:
@@ -161,3 +163,18 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(roomy):
     assert [e.token_id for e in only.prompt_logprobs] == prompt[1:] == [e.token_id for e in reference]
     assert [e.logprob for e in only.prompt_logprobs] == pytest.approx([e.logprob for e in reference], abs=1e-5)
     assert roomy.block_manager.num_free_pages == free_before  # its pages are back
+
+
+def test_an_engine_compiled_without_optimizations_serves_the_same_tokens(tiny_engine_factory, smollm2_tokenizer):
+    """`optimize_compiled_code=False` (what the factory's engines use) changes how long a
+    compile takes, never what a step computes."""
+    config = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=16, page_size=4, num_pages=80,
+                          token_buckets=(16,))
+    assert config.compiler_options is None
+    unoptimized = tiny_engine_factory(config)
+    assert unoptimized.config.compiler_options == {"xla_backend_optimization_level": 0,
+                                                   "xla_llvm_disable_expensive_passes": True}
+    optimized = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
+    optimized.runner.warmup(buckets=optimized.runner.essential_buckets())
+    requests = workload(optimized.model_config.vocab_size, count=4, seed=3)
+    assert unoptimized.generate(requests) == optimized.generate(requests)

@@ -88,12 +88,12 @@ def drafts_of(engine) -> dict:
 
 @pytest.fixture(scope="module")
 def plain_outputs(tiny_engine_factory):
-    plain = tiny_engine_factory(PLAIN)
+    plain = tiny_engine_factory(PLAIN, optimized=True)
     return run(plain, requests(plain.model_config.vocab_size))
 
 
 def test_a_right_prediction_gives_the_same_output_in_fewer_calls(tiny_engine_factory, plain_outputs, monkeypatch):
-    engine = tiny_engine_factory(SPECULATIVE)
+    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
     calls = counting_windows(engine, monkeypatch)
     counts = {}
     produced = run_counting(engine, predicted(requests(engine.model_config.vocab_size), plain_outputs), counts)
@@ -106,7 +106,7 @@ def test_a_right_prediction_gives_the_same_output_in_fewer_calls(tiny_engine_fac
 
 
 def test_a_wrong_prediction_changes_nothing_but_the_tally(tiny_engine_factory, plain_outputs):
-    engine = tiny_engine_factory(SPECULATIVE)
+    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
     counts = {}
     produced = run_counting(engine, predicted(requests(engine.model_config.vocab_size), plain_outputs, edit=True),
                             counts)
@@ -116,12 +116,12 @@ def test_a_wrong_prediction_changes_nothing_but_the_tally(tiny_engine_factory, p
 
 
 def test_a_stop_inside_a_kept_draft_ends_the_output_there(tiny_engine_factory, plain_outputs):
-    reference = tiny_engine_factory(PLAIN)
+    reference = tiny_engine_factory(PLAIN, optimized=True)
     vocab = reference.model_config.vocab_size
     text = plain_outputs["greedy"]["text"]
     stop = StopCriteria(max_tokens=40, ignore_eos=True, strings=(text[len(text) // 2: len(text) // 2 + 3],))
     expected = run(reference, requests(vocab, stop))
-    engine = tiny_engine_factory(SPECULATIVE)
+    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
     produced = run(engine, predicted(requests(vocab, stop), plain_outputs))
     assert_same(produced, expected)
     assert produced["greedy"]["finish"] == ("stop", stop.strings[0])
@@ -137,7 +137,7 @@ def looping_requests(vocab: int) -> list[Request]:
 
 
 def test_ngram_lookup_changes_nothing_but_the_speed(tiny_engine_factory):
-    plain, engine = tiny_engine_factory(PLAIN), tiny_engine_factory(NGRAM)
+    plain, engine = tiny_engine_factory(PLAIN, optimized=True), tiny_engine_factory(NGRAM, optimized=True)
     vocab = engine.model_config.vocab_size
     counts = {}
     expected, produced = run(plain, looping_requests(vocab)), run_counting(engine, looping_requests(vocab), counts)
@@ -168,7 +168,8 @@ def test_configs_refuse_unknown_speculation():
 def test_drafts_under_page_pressure_give_the_same_output(tiny_engine_factory, monkeypatch):
     """Few pages: draft pages compete with decodes, sequences are preempted and recomputed,
     and drafts that find no free pages are dropped; the outputs stay those of plain decoding."""
-    plain, engine = tiny_engine_factory(PLAIN), tiny_engine_factory(dataclasses.replace(SPECULATIVE, num_pages=70))
+    plain = tiny_engine_factory(PLAIN, optimized=True)
+    engine = tiny_engine_factory(dataclasses.replace(SPECULATIVE, num_pages=70), optimized=True)
     vocab = engine.model_config.vocab_size
     stop = StopCriteria(max_tokens=60, ignore_eos=True)
     expected = run(plain, requests(vocab, stop))
