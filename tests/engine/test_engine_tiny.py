@@ -165,7 +165,7 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(roomy):
     assert roomy.block_manager.num_free_pages == free_before  # its pages are back
 
 
-def test_an_engine_compiled_without_optimizations_serves_the_same_tokens(tiny_engine_factory, smollm2_tokenizer):
+def test_an_engine_compiled_without_optimizations_serves_the_same_tokens(tiny_engine_factory):
     """`optimize_compiled_code=False` (what the factory's engines use) changes how long a
     compile takes, never what a step computes."""
     config = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=16, page_size=4, num_pages=80,
@@ -174,7 +174,7 @@ def test_an_engine_compiled_without_optimizations_serves_the_same_tokens(tiny_en
     unoptimized = tiny_engine_factory(config)
     assert unoptimized.config.compiler_options == {"xla_backend_optimization_level": 0,
                                                    "xla_llvm_disable_expensive_passes": True}
-    optimized = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
-    optimized.runner.warmup(buckets=optimized.runner.essential_buckets())
+    optimized = tiny_engine_factory(config, optimized=True)
+    assert optimized.config.compiler_options is None
     requests = workload(optimized.model_config.vocab_size, count=4, seed=3)
     assert unoptimized.generate(requests) == optimized.generate(requests)

@@ -4,6 +4,7 @@ draft, the output is the one plain decoding gives, and right drafts save device 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -87,13 +88,20 @@ def drafts_of(engine) -> dict:
 
 
 @pytest.fixture(scope="module")
-def plain_outputs(tiny_engine_factory):
-    plain = tiny_engine_factory(PLAIN, optimized=True)
+def optimized_engine(tiny_engine_factory):
+    """Tiny engines with XLA's optimizations: these tests run many more steps than they
+    compile, and took twice as long on unoptimized steps."""
+    return functools.partial(tiny_engine_factory, optimized=True)
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(optimized_engine):
+    plain = optimized_engine(PLAIN)
     return run(plain, requests(plain.model_config.vocab_size))
 
 
-def test_a_right_prediction_gives_the_same_output_in_fewer_calls(tiny_engine_factory, plain_outputs, monkeypatch):
-    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
+def test_a_right_prediction_gives_the_same_output_in_fewer_calls(optimized_engine, plain_outputs, monkeypatch):
+    engine = optimized_engine(SPECULATIVE)
     calls = counting_windows(engine, monkeypatch)
     counts = {}
     produced = run_counting(engine, predicted(requests(engine.model_config.vocab_size), plain_outputs), counts)
@@ -105,8 +113,8 @@ def test_a_right_prediction_gives_the_same_output_in_fewer_calls(tiny_engine_fac
     assert engine.block_manager.num_free_pages == SPECULATIVE.num_pages - 1
 
 
-def test_a_wrong_prediction_changes_nothing_but_the_tally(tiny_engine_factory, plain_outputs):
-    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
+def test_a_wrong_prediction_changes_nothing_but_the_tally(optimized_engine, plain_outputs):
+    engine = optimized_engine(SPECULATIVE)
     counts = {}
     produced = run_counting(engine, predicted(requests(engine.model_config.vocab_size), plain_outputs, edit=True),
                             counts)
@@ -115,13 +123,13 @@ def test_a_wrong_prediction_changes_nothing_but_the_tally(tiny_engine_factory, p
     assert engine.block_manager.num_free_pages == SPECULATIVE.num_pages - 1
 
 
-def test_a_stop_inside_a_kept_draft_ends_the_output_there(tiny_engine_factory, plain_outputs):
-    reference = tiny_engine_factory(PLAIN, optimized=True)
+def test_a_stop_inside_a_kept_draft_ends_the_output_there(optimized_engine, plain_outputs):
+    reference = optimized_engine(PLAIN)
     vocab = reference.model_config.vocab_size
     text = plain_outputs["greedy"]["text"]
     stop = StopCriteria(max_tokens=40, ignore_eos=True, strings=(text[len(text) // 2: len(text) // 2 + 3],))
     expected = run(reference, requests(vocab, stop))
-    engine = tiny_engine_factory(SPECULATIVE, optimized=True)
+    engine = optimized_engine(SPECULATIVE)
     produced = run(engine, predicted(requests(vocab, stop), plain_outputs))
     assert_same(produced, expected)
     assert produced["greedy"]["finish"] == ("stop", stop.strings[0])
@@ -136,8 +144,8 @@ def looping_requests(vocab: int) -> list[Request]:
     return requests(vocab) + [Request("looping", pattern * 3, forced, StopCriteria(max_tokens=24, ignore_eos=True))]
 
 
-def test_ngram_lookup_changes_nothing_but_the_speed(tiny_engine_factory):
-    plain, engine = tiny_engine_factory(PLAIN, optimized=True), tiny_engine_factory(NGRAM, optimized=True)
+def test_ngram_lookup_changes_nothing_but_the_speed(optimized_engine):
+    plain, engine = optimized_engine(PLAIN), optimized_engine(NGRAM)
     vocab = engine.model_config.vocab_size
     counts = {}
     expected, produced = run(plain, looping_requests(vocab)), run_counting(engine, looping_requests(vocab), counts)
@@ -165,11 +173,10 @@ def test_configs_refuse_unknown_speculation():
     assert set(KINDS) >= {"greedy", "seeded"}
 
 
-def test_drafts_under_page_pressure_give_the_same_output(tiny_engine_factory, monkeypatch):
+def test_drafts_under_page_pressure_give_the_same_output(optimized_engine, monkeypatch):
     """Few pages: draft pages compete with decodes, sequences are preempted and recomputed,
     and drafts that find no free pages are dropped; the outputs stay those of plain decoding."""
-    plain = tiny_engine_factory(PLAIN, optimized=True)
-    engine = tiny_engine_factory(dataclasses.replace(SPECULATIVE, num_pages=70), optimized=True)
+    plain, engine = optimized_engine(PLAIN), optimized_engine(dataclasses.replace(SPECULATIVE, num_pages=70))
     vocab = engine.model_config.vocab_size
     stop = StopCriteria(max_tokens=60, ignore_eos=True)
     expected = run(plain, requests(vocab, stop))
