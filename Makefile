@@ -22,9 +22,13 @@ setup: $(INSTALLED)
 serve: setup
 	$(BIN)/flint serve $(FLINT_ARGS)
 
+# The suite runs in pytest-xdist workers, two for CI's two cores (0: in this process). Which
+# tests share a worker: tests/conftest.py.
+PYTEST_WORKERS ?= 2
+
+# generated/ is checked against spec/ by tests/spec/test_codegen.py, in a worker.
 test: setup
-	$(BIN)/python tools/codegen.py --check
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 codegen: setup
 	$(BIN)/python tools/codegen.py

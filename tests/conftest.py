@@ -48,37 +48,46 @@ def use_compilation_cache(directory: Path) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# Clearing jax's caches costs about a second a module (small programs compile again), so it
-# waits until this many of the process's 65,530 memory mappings are taken.
-MAPPINGS_BEFORE_CLEARING = 30_000
+# `make test` runs the suite in two pytest-xdist workers (`--dist loadgroup`): each group of
+# tests below runs whole in one worker, so the session fixtures a group shares (the API's
+# tiny apps, the live SmolLM2 server) are built once, not once per worker. A module is its
+# own group otherwise, as with `--dist loadfile`.
+API_GROUP = "api-apps"  # tests/api: their session-scoped tiny apps (tests/api/conftest.py)
+LIVE_GROUP = "live-smollm2"  # modules whose tests use the live SmolLM2 server (tests/e2e/conftest.py)
+# The two large groups go first, one to each worker, so that no worker is left with one of
+# them at the end while the other idles.
+FIRST_GROUPS = (API_GROUP, LIVE_GROUP)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    groups = worker_groups(items)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+    # A stable sort: the modules of a group stay in their order, tests in theirs.
+    items.sort(key=lambda item: FIRST_GROUPS.index(groups[item.path])
+               if groups[item.path] in FIRST_GROUPS else len(FIRST_GROUPS))
+
+
+def worker_groups(items) -> dict[Path, str]:
+    """Each test module's xdist group."""
+    groups = {}
+    for item in items:
+        module = item.path
+        if "live" in getattr(item, "fixturenames", ()):
+            groups[module] = LIVE_GROUP
+        elif module not in groups:
+            in_api = module.is_relative_to(ROOT / "tests" / "api")
+            groups[module] = API_GROUP if in_api else str(module.relative_to(ROOT))
+    return groups
 
 
 @pytest.fixture(scope="module", autouse=True)
-def release_compiled_programs():
-    """Before each module, let go of the programs the finished modules' engines compiled.
-
-    XLA:CPU maps every compiled kernel into its own small memory areas, and one process
-    may hold only `vm.max_map_count` (65,530) of them. The suite compiles thousands of
-    programs in this one process: kept until exit, they ran it out of mappings, and LLVM
-    aborted the run ("Fatal Python error: Aborted" in a fixture's compile). Collecting
-    finished engines unmaps most of their code; clearing jax's caches unmaps the rest.
-    (Done at a module's start: at the last one's teardown its final test still holds its
-    fixtures.)"""
+def release_finished_engines():
+    """Before each module, free the engines of the modules before it: an engine and its
+    compiled programs sit in reference cycles, which Python's collector would otherwise
+    leave to its own schedule, and a worker's memory grew by gigabytes meanwhile."""
     gc.collect()
-    if memory_mappings() > MAPPINGS_BEFORE_CLEARING:
-        import jax
-        jax.clear_caches()
-        gc.collect()
     yield
-
-
-def memory_mappings() -> int:
-    """How many memory areas this process has mapped (every one, where /proc can't tell)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return sum(1 for _ in maps)
-    except OSError:
-        return MAPPINGS_BEFORE_CLEARING + 1
 
 
 def pytest_unconfigure(config) -> None:

@@ -31,8 +31,6 @@ import jax
 import jax.numpy as jnp
 
 from engine.request import BEAM_MODES
-from engine.sampling.draw import row_uniforms
-from engine.sampling.filters import apply_truncation
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.topk import top_k
 
@@ -63,25 +61,24 @@ def row_gumbels(seeds, positions, num: int):
     return jax.vmap(noise)(seeds, positions)
 
 
-def _perturbed(processed, logprobs, arrays):
-    """(keys, sampling logprobs) [rows, vocab] of the rows that draw their candidates."""
+def _perturbed(truncated, logprobs, arrays):
+    """(keys, sampling logprobs) [rows, vocab] of the rows that draw their candidates, from
+    their temperature-scaled logits after truncation (what `full_draw` draws from)."""
     temperature = jnp.where(arrays.temperature > 0, arrays.temperature, 1.0)[:, None]
-    coins = row_uniforms(arrays.seeds, arrays.positions, 2)[:, 1]
-    shaped = apply_truncation(processed / temperature, arrays.top_k, arrays.top_p, arrays.min_p,
-                              arrays.typical_p, arrays.xtc_threshold, arrays.xtc_probability, coins)
-    sampling_logprobs = log_softmax(shaped)
-    gumbels = row_gumbels(arrays.seeds, arrays.positions, processed.shape[-1])
-    naive = jnp.where(jnp.isfinite(shaped), logprobs / temperature + gumbels, -jnp.inf)
+    sampling_logprobs = log_softmax(truncated)
+    gumbels = row_gumbels(arrays.seeds, arrays.positions, truncated.shape[-1])
+    naive = jnp.where(jnp.isfinite(truncated), logprobs / temperature + gumbels, -jnp.inf)
     stochastic = sampling_logprobs + gumbels
     keys = jnp.where((arrays.beam_mode == STOCHASTIC)[:, None], stochastic, naive)
     return keys, sampling_logprobs
 
 
-def beam_candidates(processed, arrays, num_candidates: int) -> BeamCandidates:
-    """The candidates of every row from its processed logits [rows, vocab] (float32)."""
+def beam_candidates(processed, truncated, arrays, num_candidates: int) -> BeamCandidates:
+    """The candidates of every row from its processed logits [rows, vocab] (float32) and,
+    for the rows that draw them, the same logits scaled and truncated."""
     logprobs = log_softmax(processed)
     drawn = arrays.beam_mode >= NAIVE_SAMPLING
-    keys, sampling_logprobs = jax.lax.cond(jnp.any(drawn), lambda: _perturbed(processed, logprobs, arrays),
+    keys, sampling_logprobs = jax.lax.cond(jnp.any(drawn), lambda: _perturbed(truncated, logprobs, arrays),
                                            lambda: (logprobs, logprobs))
     keys = jnp.where(drawn[:, None], keys, logprobs)
     sampling_logprobs = jnp.where(drawn[:, None], sampling_logprobs, logprobs)
@@ -100,10 +97,22 @@ def no_beam_candidates(num_rows: int, num_candidates: int) -> BeamCandidates:
     return BeamCandidates(token_ids=zeros.astype(jnp.int32), logprobs=zeros, sampling_logprobs=zeros, keys=zeros)
 
 
-def candidates_for(processed, arrays) -> BeamCandidates:
-    """Beam candidates when some row is a beam row; zeros, at the cost of one `any`, otherwise."""
+def num_beam_candidates(vocab_size: int) -> int:
+    return min(BEAM_CANDIDATES, vocab_size)
+
+
+def candidates_for(processed, truncated, arrays) -> BeamCandidates:
+    """Beam candidates when some row is a beam row; zeros, at the cost of one `any`, otherwise.
+
+    Called by the full-vocabulary draw (engine/sampling/sampler.py), which every beam row
+    takes: its truncated logits are the drawn searches' distribution, so the truncation
+    filters, the largest part of the sampling program, are compiled once for both."""
     rows, vocab = processed.shape
-    num_candidates = min(BEAM_CANDIDATES, vocab)
-    return jax.lax.cond(jnp.any(arrays.beam_mode != NOT_A_BEAM),
-                        lambda: beam_candidates(processed, arrays, num_candidates),
+    num_candidates = num_beam_candidates(vocab)
+    return jax.lax.cond(jnp.any(is_beam_row(arrays)),
+                        lambda: beam_candidates(processed, truncated, arrays, num_candidates),
                         lambda: no_beam_candidates(rows, num_candidates))
+
+
+def is_beam_row(arrays):
+    return arrays.beam_mode != NOT_A_BEAM

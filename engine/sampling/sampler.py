@@ -9,7 +9,8 @@ uses nothing beyond temperature costs about what greedy does. The order of opera
       -> Mirostat (rows that use it) -> one inverse-CDF draw per row
       -> logprobs of the pick under the model and under the processed distribution
       -> the pick's raw logit (always: one gather, cheaper than a branch)
-      -> beam rows only: their candidates for the next beams (engine/sampling/beams.py)
+      -> beam rows only: their candidates for the next beams (engine/sampling/beams.py),
+         from the full path's truncated logits
 
 Rows whose top-k, top-p or min-p cut keeps only tokens among their best NUM_CANDIDATES
 (128) run the stages after the cut on those (the narrow path, engine/sampling/candidates.py);
@@ -26,7 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.arrays import SamplingArrays
-from engine.sampling.beams import BeamCandidates, candidates_for
+from engine.sampling.beams import (BeamCandidates, candidates_for, is_beam_row, no_beam_candidates,
+                                   num_beam_candidates)
 from engine.sampling.candidates import narrow_draw
 from engine.sampling.draw import Draw, inverse_cdf_draw, row_uniforms
 from engine.sampling.filters import apply_truncation
@@ -49,35 +51,41 @@ class SampleResult:
     beams: BeamCandidates  # the next tokens each beam row proposes (engine/sampling/beams.py)
 
 
-def full_draw(scaled, arrays: SamplingArrays, uniforms, want_logprob: bool | jax.Array) -> Draw:
+def full_draw(processed, scaled, arrays: SamplingArrays, uniforms, want_logprob: bool | jax.Array):
     """The full-vocabulary path for temperature-scaled logits [rows, vocab]: every filter,
-    Mirostat and the draw over the whole row (the sampling logprob only if `want_logprob`)."""
-    shaped = apply_truncation(scaled, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
-                              arrays.xtc_threshold, arrays.xtc_probability, uniforms[:, 1])
-    miro_tokens, mu, shaped = mirostat_step(shaped, arrays.mirostat_target, arrays.mirostat_lr,
+    Mirostat and the draw over the whole row (the sampling logprob only if `want_logprob`),
+    and the beam rows' candidates from the same truncated logits. Returns (Draw,
+    BeamCandidates)."""
+    truncated = apply_truncation(scaled, arrays.top_k, arrays.top_p, arrays.min_p, arrays.typical_p,
+                                 arrays.xtc_threshold, arrays.xtc_probability, uniforms[:, 1])
+    miro_tokens, mu, shaped = mirostat_step(truncated, arrays.mirostat_target, arrays.mirostat_lr,
                                             arrays.mirostat_mu, uniforms[:, 0])
     drawn = inverse_cdf_draw(shaped, uniforms[:, 0])
     tokens = jnp.where(arrays.mirostat_target > 0, miro_tokens, drawn)
     sampling_logprob = jax.lax.cond(want_logprob, lambda: sampling_logprob_of(shaped, tokens),
                                     lambda: jnp.zeros(tokens.shape, jnp.float32))
-    return Draw(tokens=tokens, mirostat_mu=mu, sampling_logprob=sampling_logprob)
+    draw = Draw(tokens=tokens, mirostat_mu=mu, sampling_logprob=sampling_logprob)
+    return draw, candidates_for(processed, truncated, arrays)
 
 
-def stochastic_draw(processed, arrays: SamplingArrays) -> Draw:
-    """Tokens of the temperature rows: the narrow path where a row's cut allows it, the
-    full-vocabulary path for the others, each run only when some row needs it."""
+def stochastic_draw(processed, arrays: SamplingArrays):
+    """(Draw, BeamCandidates): tokens of the temperature rows, the narrow path where a row's
+    cut allows it and the full-vocabulary path for the others (each run only when some row
+    needs it), and the beam rows' candidates, which the full path computes."""
     stochastic = arrays.temperature > 0
+    beam = is_beam_row(arrays)
     uniforms = row_uniforms(arrays.seeds, arrays.positions, 2)  # [draw, XTC coin]
     scaled = processed / jnp.where(stochastic, arrays.temperature, 1.0)[:, None]
-    cuts = stochastic & ((arrays.top_k > 0) | (arrays.top_p < 1) | (arrays.min_p > 0))
+    cuts = stochastic & ~beam & ((arrays.top_k > 0) | (arrays.top_p < 1) | (arrays.min_p > 0))
     narrow, narrowed = jax.lax.cond(
         jnp.any(cuts), lambda: narrow_draw(scaled, arrays, uniforms),
         lambda: (_no_draw(arrays), jnp.zeros_like(cuts)))
     narrowed = narrowed & cuts
     want_logprob = jnp.any(arrays.want_logprobs & stochastic & ~narrowed)
-    full = jax.lax.cond(jnp.any(stochastic & ~narrowed),
-                        lambda: full_draw(scaled, arrays, uniforms, want_logprob), lambda: narrow)
-    return jax.tree.map(lambda a, b: jnp.where(narrowed, a, b), narrow, full)
+    full, beams = jax.lax.cond(jnp.any((stochastic & ~narrowed) | beam),
+                               lambda: full_draw(processed, scaled, arrays, uniforms, want_logprob),
+                               lambda: (narrow, _no_beams(processed)))
+    return jax.tree.map(lambda a, b: jnp.where(narrowed, a, b), narrow, full), beams
 
 
 def _no_draw(arrays: SamplingArrays) -> Draw:
@@ -85,13 +93,20 @@ def _no_draw(arrays: SamplingArrays) -> Draw:
     return Draw(tokens=zeros.astype(jnp.int32), mirostat_mu=arrays.mirostat_mu, sampling_logprob=zeros)
 
 
+def _no_beams(processed) -> BeamCandidates:
+    rows, vocab = processed.shape
+    return no_beam_candidates(rows, num_beam_candidates(vocab))
+
+
 def sample(logits, arrays: SamplingArrays) -> SampleResult:
     """Next tokens for float32 logits [rows, vocab], with their logprobs and Mirostat state."""
     processed = processed_logits(logits, arrays)
     greedy = jnp.argmax(processed, axis=-1).astype(jnp.int32)
     stochastic = arrays.temperature > 0
-    draw = jax.lax.cond(jnp.any(stochastic), lambda: stochastic_draw(processed, arrays),
-                        lambda: _no_draw(arrays))
+    # Beam rows take the draw's full path too, whatever their temperature: their
+    # candidates come from its truncated logits.
+    draw, beams = jax.lax.cond(jnp.any(stochastic | is_beam_row(arrays)), lambda: stochastic_draw(processed, arrays),
+                               lambda: (_no_draw(arrays), _no_beams(processed)))
     tokens = jnp.where(stochastic, draw.tokens, greedy)
     mu = jnp.where(stochastic, draw.mirostat_mu, arrays.mirostat_mu)
 
@@ -108,4 +123,4 @@ def sample(logits, arrays: SamplingArrays) -> SampleResult:
                             lambda: empty_logprobs(tokens.shape[0], num_top))
     # Outside the branch: a row may want its logit without logprobs.
     logprobs = dataclasses.replace(logprobs, logit=raw_logit(logits, tokens))
-    return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu, beams=candidates_for(processed, arrays))
+    return SampleResult(tokens=tokens, logprobs=logprobs, mirostat_mu=mu, beams=beams)

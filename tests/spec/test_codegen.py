@@ -39,9 +39,7 @@ def add_property(spec_file: Path, schema: str, prop: str) -> None:
 
 def test_check_names_the_stale_module_until_regenerated(tmp_path):
     shutil.copytree(ROOT / "spec", tmp_path / "spec")
-    shutil.copytree(ROOT / "generated", tmp_path / "generated")
-    assert codegen("--check", "--root", str(tmp_path)).returncode == 0
-
+    shutil.copytree(ROOT / "generated", tmp_path / "generated")  # up to date: test_generated_is_up_to_date
     add_property(tmp_path / "spec/openapi/fireworks-completions.yaml", "UsageInfo", "flint_probe")
     stale = codegen("--check", "--root", str(tmp_path))
     assert stale.returncode != 0
