@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import threadpoolctl
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "tests"):
@@ -40,7 +41,12 @@ def pin_worker_to_its_cores() -> None:
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if worker and len(cores) >= count > 1:
-        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
+        share = cores[int(worker.removeprefix("gw")) % count::count]
+        os.sched_setaffinity(0, share)
+        # NumPy's OpenBLAS sized its threads for the whole machine when it loaded; more
+        # threads than cores spin against each other (the NumPy reference forwards of
+        # test_engine_smollm2 took 70-80 s each instead of about 10).
+        threadpoolctl.threadpool_limits(len(share))
 
 
 def use_compilation_cache(directory: Path) -> None:
