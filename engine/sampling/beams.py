@@ -73,7 +73,7 @@ def _perturbed(truncated, logprobs, arrays):
     return keys, sampling_logprobs
 
 
-def beam_candidates(processed, truncated, arrays, num_candidates: int) -> BeamCandidates:
+def beam_candidates(processed, truncated, arrays) -> BeamCandidates:
     """The candidates of every row from its processed logits [rows, vocab] (float32) and,
     for the rows that draw them, the same logits scaled and truncated."""
     logprobs = log_softmax(processed)
@@ -82,7 +82,7 @@ def beam_candidates(processed, truncated, arrays, num_candidates: int) -> BeamCa
                                            lambda: (logprobs, logprobs))
     keys = jnp.where(drawn[:, None], keys, logprobs)
     sampling_logprobs = jnp.where(drawn[:, None], sampling_logprobs, logprobs)
-    best_keys, token_ids = top_k(keys, num_candidates)
+    best_keys, token_ids = top_k(keys, _num_candidates(processed))
 
     def take(values):
         return jnp.take_along_axis(values, token_ids, axis=-1)
@@ -91,14 +91,14 @@ def beam_candidates(processed, truncated, arrays, num_candidates: int) -> BeamCa
                           keys=best_keys)
 
 
-def no_beam_candidates(num_rows: int, num_candidates: int) -> BeamCandidates:
+def no_beam_candidates(processed) -> BeamCandidates:
     """What a batch without beam rows returns instead of computing candidates."""
-    zeros = jnp.zeros((num_rows, num_candidates), jnp.float32)
+    zeros = jnp.zeros((processed.shape[0], _num_candidates(processed)), jnp.float32)
     return BeamCandidates(token_ids=zeros.astype(jnp.int32), logprobs=zeros, sampling_logprobs=zeros, keys=zeros)
 
 
-def num_beam_candidates(vocab_size: int) -> int:
-    return min(BEAM_CANDIDATES, vocab_size)
+def _num_candidates(processed) -> int:
+    return min(BEAM_CANDIDATES, processed.shape[-1])
 
 
 def candidates_for(processed, truncated, arrays) -> BeamCandidates:
@@ -107,11 +107,8 @@ def candidates_for(processed, truncated, arrays) -> BeamCandidates:
     Called by the full-vocabulary draw (engine/sampling/sampler.py), which every beam row
     takes: its truncated logits are the drawn searches' distribution, so the truncation
     filters, the largest part of the sampling program, are compiled once for both."""
-    rows, vocab = processed.shape
-    num_candidates = num_beam_candidates(vocab)
-    return jax.lax.cond(jnp.any(is_beam_row(arrays)),
-                        lambda: beam_candidates(processed, truncated, arrays, num_candidates),
-                        lambda: no_beam_candidates(rows, num_candidates))
+    return jax.lax.cond(jnp.any(is_beam_row(arrays)), lambda: beam_candidates(processed, truncated, arrays),
+                        lambda: no_beam_candidates(processed))
 
 
 def is_beam_row(arrays):

@@ -27,8 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.arrays import SamplingArrays
-from engine.sampling.beams import (BeamCandidates, candidates_for, is_beam_row, no_beam_candidates,
-                                   num_beam_candidates)
+from engine.sampling.beams import BeamCandidates, candidates_for, is_beam_row, no_beam_candidates
 from engine.sampling.candidates import narrow_draw
 from engine.sampling.draw import Draw, inverse_cdf_draw, row_uniforms
 from engine.sampling.filters import apply_truncation
@@ -84,18 +83,13 @@ def stochastic_draw(processed, arrays: SamplingArrays):
     want_logprob = jnp.any(arrays.want_logprobs & stochastic & ~narrowed)
     full, beams = jax.lax.cond(jnp.any((stochastic & ~narrowed) | beam),
                                lambda: full_draw(processed, scaled, arrays, uniforms, want_logprob),
-                               lambda: (narrow, _no_beams(processed)))
+                               lambda: (narrow, no_beam_candidates(processed)))
     return jax.tree.map(lambda a, b: jnp.where(narrowed, a, b), narrow, full), beams
 
 
 def _no_draw(arrays: SamplingArrays) -> Draw:
     zeros = jnp.zeros(arrays.temperature.shape, jnp.float32)
     return Draw(tokens=zeros.astype(jnp.int32), mirostat_mu=arrays.mirostat_mu, sampling_logprob=zeros)
-
-
-def _no_beams(processed) -> BeamCandidates:
-    rows, vocab = processed.shape
-    return no_beam_candidates(rows, num_beam_candidates(vocab))
 
 
 def sample(logits, arrays: SamplingArrays) -> SampleResult:
@@ -106,7 +100,7 @@ def sample(logits, arrays: SamplingArrays) -> SampleResult:
     # Beam rows take the draw's full path too, whatever their temperature: their
     # candidates come from its truncated logits.
     draw, beams = jax.lax.cond(jnp.any(stochastic | is_beam_row(arrays)), lambda: stochastic_draw(processed, arrays),
-                               lambda: (_no_draw(arrays), _no_beams(processed)))
+                               lambda: (_no_draw(arrays), no_beam_candidates(processed)))
     tokens = jnp.where(stochastic, draw.tokens, greedy)
     mu = jnp.where(stochastic, draw.mirostat_mu, arrays.mirostat_mu)
 
