@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import threadpoolctl
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "tests"):
@@ -22,6 +21,7 @@ for path in (ROOT, ROOT / "tests"):
 from engine.engine import tokenizer_for  # noqa: E402  (after the sys.path setup above)
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 from postgres_server import BACKENDS, drop_tables, empty_store_url, postgres_database  # noqa: E402
+from worker_cores import pin_worker_to_its_cores  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -30,23 +30,6 @@ def pytest_configure(config) -> None:
     os.environ["FLINT_DATA_DIR"] = tempfile.mkdtemp(prefix="flint-test-data-")
     use_compilation_cache(ROOT / ".pytest_cache" / "jax")
     pin_worker_to_its_cores()
-
-
-def pin_worker_to_its_cores() -> None:
-    """An xdist worker (and the servers it starts) runs on its own share of the cores.
-
-    XLA compiles and runs on a pool of threads as wide as the machine: two workers, each
-    with such pools, on CI's two cores spent 30% more CPU on the same tests than one
-    process did (time slices and caches contended for), and so gained no time."""
-    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if worker and len(cores) >= count > 1:
-        share = cores[int(worker.removeprefix("gw")) % count::count]
-        os.sched_setaffinity(0, share)
-        # NumPy's OpenBLAS sized its threads for the whole machine when it loaded; more
-        # threads than cores spin against each other (the NumPy reference forwards of
-        # test_engine_smollm2 took 70-80 s each instead of about 10).
-        threadpoolctl.threadpool_limits(len(share))
 
 
 def use_compilation_cache(directory: Path) -> None:

@@ -52,8 +52,9 @@ def shared_tiny_client(tiny_app_factory):
 @pytest.fixture(scope="session")
 def tools_tiny_client(tiny_app_factory):
     """A tiny-model app with room for a tools preamble (512 tokens of context), shared by the
-    tool-calling tests of every dialect."""
-    config = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128, num_pages=320)
+    tool-calling tests of every dialect. Two buckets, as TINY_ENGINE has."""
+    config = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128, num_pages=320,
+                          token_buckets=(1, 128))
     with TestClient(app=tiny_app_factory(Settings(engine=config))) as client:
         wait_until_serving(client, timeout=600)
         yield client
@@ -71,7 +72,7 @@ def qwen3_app(tool_tokens: bool = True):
         return engine
 
     config = EngineConfig(max_model_len=2048, max_num_seqs=8, max_num_batched_tokens=128, num_pages=800,
-                          token_buckets=(8, 32, 128))
+                          token_buckets=(8, 128))
     return create_app(Settings(engine=config), engine_factory=engine_factory)
 
 

@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from engine.async_engine import AsyncEngine, EngineDeadError
-from engine.config import EngineConfig
 from engine.request import Request, SamplingParams, StopCriteria
+from shared_configs import SIXTEEN_SEQUENCES
 
-CONFIG = EngineConfig(max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64, page_size=4, num_pages=300)
+CONFIG = SIXTEEN_SEQUENCES
 
 
 @pytest.fixture(scope="module")

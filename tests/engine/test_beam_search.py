@@ -10,11 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig
 from engine.request import BeamSearchParams, Request, SamplingParams, StopCriteria
 from numpy_reference import forward
+from shared_configs import SIXTEEN_SEQUENCES
 
-CONFIG = EngineConfig(max_model_len=128, max_num_seqs=16, max_num_batched_tokens=64, page_size=4, num_pages=300)
+CONFIG = SIXTEEN_SEQUENCES
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77, 4001]  # 10 tokens: a partly filled last page
 EOS = 2  # SmolLM2's <|im_end|>, the tiny engines' end token
 

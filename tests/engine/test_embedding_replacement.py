@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import ModelConfig
 from engine.params import random_params
 from engine.request import EmbeddingReplacement, Request, SamplingParams, StopCriteria
 from engine.runner import ModelRunner, RowPlan
@@ -17,12 +17,12 @@ from engine.scheduler import Scheduler
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence
 from tiny_models import tiny_checkpoint
+from shared_configs import FOUR_SEQUENCES
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=8)
 # Two embedding rows per step: a prompt with five replacements must be split into chunks.
-CONFIG = EngineConfig(max_model_len=128, max_num_seqs=4, max_num_batched_tokens=32, page_size=4, num_pages=200,
-                      max_embedding_rows=2)
+CONFIG = FOUR_SEQUENCES
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77, 4000, 12, 901, 33, 5, 2718, 640, 23, 99]
 SWAPS = {2: 1500, 3: 2600, 4: 3700, 9: 4800, 15: 5900}  # position -> the token whose embedding goes there
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from engine.block_manager import BlockManager
-from engine.config import EngineConfig
 from engine.output import OutputStage
 from engine.request import Request, RequestOutput, SamplingParams, StopCriteria
 from engine.scheduler import Scheduler
+from shared_configs import ROOMY
 
-CONFIG = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=2400)
+CONFIG = ROOMY
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [5, 17, 99, 3, 42, 7]
 

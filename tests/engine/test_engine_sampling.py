@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig
 from engine.request import Request, SamplingParams, StopCriteria, choice_seeds
+from shared_configs import ROOMY
 
-CONFIG = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=1200)
+CONFIG = ROOMY
 PROMPT = [11, 257, 1024, 7, 99]
 SAMPLED = SamplingParams(temperature=0.9, top_p=0.95, top_k=200, seed=7)
 LONG_12 = StopCriteria(max_tokens=12, ignore_eos=True)

@@ -12,8 +12,8 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.request import Request, SamplingParams, StopCriteria
 from tiny_models import tiny_checkpoint
+from shared_configs import ROOMY
 
-ROOMY = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=2400)
 # 32 requests of up to ~60 tokens need ~500 pages at once; 80 force preemption and recompute.
 CRAMPED = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=80)
 

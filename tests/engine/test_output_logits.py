@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig
 from engine.request import Request, SamplingParams, StopCriteria
 from numpy_reference import forward
+from shared_configs import FOUR_SEQUENCES
 
-CONFIG = EngineConfig(max_model_len=128, max_num_seqs=4, max_num_batched_tokens=32, page_size=4, num_pages=200)
+CONFIG = FOUR_SEQUENCES
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77]
 
 
