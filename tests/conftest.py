@@ -22,6 +22,7 @@ from engine.engine import tokenizer_for  # noqa: E402  (after the sys.path setup
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 from postgres_server import BACKENDS, drop_tables, empty_store_url, postgres_database  # noqa: E402
 from worker_cores import pin_worker_to_its_cores  # noqa: E402
+from worker_groups import LIVE_GROUP, GroupScheduling, first_groups_first, group_of  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -50,37 +51,25 @@ def use_compilation_cache(directory: Path) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# `make test` runs the suite in two pytest-xdist workers (`--dist loadgroup`): each group of
-# tests below runs whole in one worker, so the session fixtures a group shares (the API's
-# tiny apps, the live SmolLM2 server) are built once, not once per worker. A module is its
-# own group otherwise, as with `--dist loadfile`.
-API_GROUP = "api-apps"  # tests/api: their session-scoped tiny apps (tests/api/conftest.py)
-LIVE_GROUP = "live-smollm2"  # modules whose tests use the live SmolLM2 server (tests/e2e/conftest.py)
-# The two large groups go first, one to each worker, so that no worker is left with one of
-# them at the end while the other idles.
-FIRST_GROUPS = (API_GROUP, LIVE_GROUP)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (what `make test` asks for) by this suite's groups (tests/worker_groups.py)."""
+    if config.getvalue("dist") == "loadgroup":
+        return GroupScheduling(config, log)
+    return None
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    groups = worker_groups(items)
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+        module = module_of(item)
+        if "live" in getattr(item, "fixturenames", ()) and group_of(module) != LIVE_GROUP:
+            raise pytest.UsageError(f"{module} uses the live server by a way tests/worker_groups.py does not see")
     # A stable sort: the modules of a group stay in their order, tests in theirs.
-    items.sort(key=lambda item: FIRST_GROUPS.index(groups[item.path])
-               if groups[item.path] in FIRST_GROUPS else len(FIRST_GROUPS))
+    items.sort(key=lambda item: first_groups_first(module_of(item)))
 
 
-def worker_groups(items) -> dict[Path, str]:
-    """Each test module's xdist group."""
-    groups = {}
-    for item in items:
-        module = item.path
-        if "live" in getattr(item, "fixturenames", ()):
-            groups[module] = LIVE_GROUP
-        elif module not in groups:
-            in_api = module.is_relative_to(ROOT / "tests" / "api")
-            groups[module] = API_GROUP if in_api else str(module.relative_to(ROOT))
-    return groups
+def module_of(item) -> str:
+    return item.path.relative_to(ROOT).as_posix()
 
 
 @pytest.fixture(scope="module", autouse=True)

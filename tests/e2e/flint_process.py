@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import httpx
 from engine.loader.orbax import save_orbax
 from tiny_models import tiny_checkpoint
 from tools.convert import write_gguf_tokenizer
-from worker_cores import on_every_core
 
 FLINT = shutil.which("flint", path=str(Path(sys.executable).parent))
 # One sequence, one token per step: a single compiled shape, so start-up takes seconds where
@@ -44,16 +42,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_flint(args: list[str], log_path: Path, env: dict[str, str] | None = None,
-                every_core: bool = False) -> subprocess.Popen:
+def start_flint(args: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`flint serve ARGS` with its output in `log_path` (a pipe nobody reads could fill and
-    block it); `env`: the environment, by default this process's. `every_core`: for a
-    server on several devices, whose collectives crawl on the test worker's one core
-    (tests/worker_cores.py)."""
+    block it); `env`: the environment, by default this process's."""
     assert FLINT, "the flint console script is not installed in this environment"
     log = log_path.open("w")
-    with on_every_core() if every_core else nullcontext():
-        return subprocess.Popen([FLINT, "serve", *args], stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.Popen([FLINT, "serve", *args], stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def wait_for_health(base_url: str, process: subprocess.Popen, log_path: Path, timeout: float = 240) -> None:

@@ -43,7 +43,7 @@ class Group:
                  "--follower-timeout", str(FOLLOWER_TIMEOUT), "--compilation-cache", str(directory / "cache")]
         self.logs = [directory / f"{name}-{rank}.log" for rank in (0, 1)]
         self.processes = [start_flint([*flags, "--process-id", str(rank), "--data-dir", str(directory / f"data{rank}")],
-                                      self.logs[rank], env, every_core=True) for rank in (0, 1)]
+                                      self.logs[rank], env) for rank in (0, 1)]
         self.base_url = f"http://127.0.0.1:{self.port}"
 
     @property

@@ -77,7 +77,7 @@ def start_group(model: Path, directory: Path) -> tuple[list[subprocess.Popen], l
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # one host device a process
     logs = [directory / f"process-{rank}.log" for rank in (0, 1)]
     started = {rank: start_flint([*flags, "--process-id", str(rank), "--data-dir", str(directory / f"data{rank}")],
-                                 logs[rank], env, every_core=True) for rank in (1, 0)}
+                                 logs[rank], env) for rank in (1, 0)}
     return [started[0], started[1]], logs, f"http://127.0.0.1:{port}"
 
 

@@ -33,7 +33,7 @@ def servers(tmp_path_factory):
     for size in (4, 1):
         port, log_path = free_port(), directory / f"tp{size}.log"
         process = start_flint(["--port", str(port), "--tensor-parallel-size", str(size), *ENGINE_FLAGS,
-                               "--data-dir", str(directory / f"data{size}")], log_path, env, every_core=size > 1)
+                               "--data-dir", str(directory / f"data{size}")], log_path, env)
         started[size] = (f"http://127.0.0.1:{port}", log_path, process)
     try:
         for base_url, log_path, process in started.values():
