@@ -23,7 +23,7 @@ serve: setup
 	$(BIN)/flint serve $(FLINT_ARGS)
 
 # The suite runs in pytest-xdist workers, two for CI's two cores (0: in this process). Which
-# tests share a worker: tests/conftest.py.
+# tests share a worker: tests/worker_groups.py.
 PYTEST_WORKERS ?= 2
 
 # generated/ is checked against spec/ by tests/spec/test_codegen.py, in a worker.

@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         module = module_of(item)
         if "live" in getattr(item, "fixturenames", ()) and group_of(module) != LIVE_GROUP:
-            raise pytest.UsageError(f"{module} uses the live server by a way tests/worker_groups.py does not see")
+            raise pytest.UsageError(f"{module} uses the live server in a way tests/worker_groups.py does not see")
     # A stable sort: the modules of a group stay in their order, tests in theirs.
     items.sort(key=lambda item: first_groups_first(module_of(item)))
 

@@ -29,4 +29,3 @@ def pin_worker_to_its_cores() -> None:
         # threads than cores spin against each other (the NumPy reference forwards of
         # test_engine_smollm2 took 70-80 s each instead of about 10).
         threadpoolctl.threadpool_limits(len(share))
-

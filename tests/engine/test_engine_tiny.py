@@ -15,7 +15,7 @@ from tiny_models import tiny_checkpoint
 from shared_configs import ROOMY
 
 # 32 requests of up to ~60 tokens need ~500 pages at once; 80 force preemption and recompute.
-CRAMPED = EngineConfig(max_model_len=256, max_num_seqs=32, max_num_batched_tokens=128, page_size=4, num_pages=80)
+CRAMPED = dataclasses.replace(ROOMY, num_pages=80)
 
 
 @pytest.fixture(scope="module")
