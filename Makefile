@@ -1,5 +1,6 @@
 # `make serve` and `make test` each set up .venv first, from the package registries alone.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Python 3.12, as on the GPU image (jax 0.11 needs it): tools/find_python.sh says which.
+PYTHON ?= $(shell tools/find_python.sh)
 VENV := .venv
 BIN := $(VENV)/bin
 # Re-installs when pyproject.toml changes.
@@ -8,7 +9,8 @@ INSTALLED := $(VENV)/.installed
 .PHONY: setup serve test codegen check-codegen bench bench-serve clean
 
 $(INSTALLED): pyproject.toml
-	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.11") if sys.version_info < (3, 11) else None'
+	@test -n "$(PYTHON)" || { echo "no Python 3.12 found (tools/find_python.sh)" >&2; exit 1; }
+	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.12") if sys.version_info < (3, 12) else None'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

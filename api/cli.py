@@ -52,7 +52,8 @@ def generate(args: argparse.Namespace) -> int:
     config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
                           token_buckets=(1, 128),
                           num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
-                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention)
+                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
+                          layer_loop=args.layer_loop)
     set_up_compilation_cache(compilation_cache_from_args(args))
     engine = Engine.from_model(args.model, config, report=progress)
     tokenizer = engine.tokenizer

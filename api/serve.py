@@ -29,7 +29,7 @@ import uvicorn
 
 from api.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
-from engine.config import ATTENTIONS, AUTO, QUANTIZATIONS, SPECULATIVE, EngineConfig
+from engine.config import ATTENTIONS, AUTO, LAYER_LOOPS, QUANTIZATIONS, SPECULATIVE, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.lifecycle import EngineLifecycle
@@ -113,7 +113,11 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                              "vocabulary (default: %(default)s)")
     parser.add_argument("--attention", default=engine.attention, choices=ATTENTIONS,
                         help="attention implementation; auto: the Mosaic GPU kernel on GPUs where it serves "
-                             "the model's shape, the jnp reference otherwise (default: %(default)s)")
+                             "the model's shape and passes its start-up check, the jnp reference otherwise "
+                             "(default: %(default)s)")
+    parser.add_argument("--layer-loop", default=engine.layer_loop, choices=LAYER_LOOPS,
+                        help="how the forward loops over the layers; auto: unrolled on GPUs (whose scan "
+                             "copies each layer's weights), a scan elsewhere (default: %(default)s)")
 
 
 def add_compilation_cache_arguments(parser: argparse.ArgumentParser, data_dir: str) -> None:
@@ -164,6 +168,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
                           dtype=args.dtype, quantization=args.quantization,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
+                          layer_loop=args.layer_loop,
                           enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,
                           num_speculative_tokens=args.num_speculative_tokens)
     return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,

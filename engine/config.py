@@ -13,6 +13,8 @@ from dataclasses import dataclass
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu")  # engine/attention's implementations
+SCAN, UNROLLED = "scan", "unrolled"
+LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/model.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/speculation.py)
 
 
@@ -88,6 +90,7 @@ class EngineConfig:
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/attention: auto (the kernel on GPUs), reference or mosaic_gpu
+    layer_loop: str = "auto"  # engine/model.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
     enable_prefix_caching: bool = True
     max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention/reference.py)
     max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
@@ -111,6 +114,8 @@ class EngineConfig:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
+        if self.layer_loop not in LAYER_LOOPS:
+            raise ValueError(f"layer_loop must be one of {', '.join(LAYER_LOOPS)}, not {self.layer_loop!r}")
         if self.speculative not in SPECULATIVE:
             raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE)}, not {self.speculative!r}")
         if self.num_speculative_tokens < 0:

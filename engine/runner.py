@@ -28,7 +28,7 @@ from engine.attention import choose as choose_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
-from engine.model import Llama
+from engine.model import Llama, layer_loop_for
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
 from engine.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
@@ -50,10 +50,14 @@ class ModelRunner:
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
                  engine_config.page_size)
-        self.attention_choice = choose_attention(engine_config.attention, *shape)
+        # The kernel's start-up check runs a step of the smallest and of the largest bucket.
+        buckets = tuple((tokens, engine_config.seq_bucket(tokens))
+                        for tokens in (engine_config.token_buckets[0], engine_config.token_buckets[-1]))
+        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets)
         self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
-        self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention))
+        self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend())
+        self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention, self.layer_loop))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)

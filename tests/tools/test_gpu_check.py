@@ -1,6 +1,7 @@
 """tools/gpu_check.sh and its parts, on the CPU: the dry run names every step, a failing
 step fails the script without stopping it, the benchmark's smoke run records every figure,
-the trace summary partitions a step's time, and engine parity passes CPU against CPU."""
+the trace summary partitions a step's time, engine parity passes CPU against CPU, and the
+HTTP step serves and answers every check."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-STEPS = ("environment", "wheels", "kernel tests", "engine parity", "benchmark", "report")
+STEPS = ("environment", "wheels", "kernel tests", "engine parity", "serve", "benchmark", "report")
 
 
 def run(*command: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -64,7 +65,7 @@ def test_benchmark_smoke_records_every_figure(tmp_path):
 
 
 def test_trace_summary_partitions_the_step_by_priority():
-    from gpu_trace import hlo_categories, sweep
+    from gpu_trace import categorise, hlo_categories, sweep
 
     hlo = """HloModule step
 %fused_dot (p0: f32[4,4], p1: f32[4,4]) -> f32[4,4] {
@@ -76,13 +77,16 @@ ENTRY %main (a: f32[4,4]) -> f32[4,4] {
   %a = f32[4,4]{1,0} parameter(0)
   %fusion.1 = f32[4,4]{1,0} fusion(%a, %a), kind=kOutput, calls=%fused_dot, metadata={op_name="jit(step)/dot_general"}
   %exp.2 = f32[4,4]{1,0} exponential(%fusion.1), metadata={op_name="jit(step)/while/body/attention/exp"}
+  %copy.4 = f32[4,4]{1,0} copy(%a), metadata={op_name="jit(step)/while/body/dynamic_slice"}
   ROOT %sort.3 = f32[4,4]{1,0} sort(%exp.2), metadata={op_name="jit(step)/sampling/sort"}
 }
 """
     categories = hlo_categories(hlo)
-    assert (categories["fusion.1"], categories["exp.2"], categories["sort.3"]) == ("matmul", "attention", "sampling")
-    covered = sweep([(0, 4, "matmul"), (2, 6, "attention"), (7, 8, "other")], (0, 10))
-    assert covered == {"attention": 4, "sampling": 0, "matmul": 2, "other": 1}  # idle: the other 3
+    assert ([categories[name] for name in ("fusion.1", "exp.2", "sort.3", "copy.4")]
+            == ["matmul", "attention", "sampling", "copy"])
+    assert categorise({"name": "MemcpyD2D", "args": {}}, categories) == "copy"  # the runtime's copies
+    covered = sweep([(0, 4, "matmul"), (2, 6, "attention"), (6, 7, "copy"), (7, 8, "other")], (0, 10))
+    assert covered == {"attention": 4, "sampling": 0, "matmul": 2, "copy": 1, "other": 1}  # idle: the other 2
 
 
 def test_engine_parity_passes_cpu_against_cpu(tmp_path):
@@ -93,6 +97,29 @@ def test_engine_parity_passes_cpu_against_cpu(tmp_path):
     assert len(parity["greedy_cpu"]) == 3 and all(len(tokens) == 32 for tokens in parity["greedy_cpu"])
     # bfloat16 was really used (float32 against float32 would agree to ~1e-6) and stays in tolerance.
     assert 1e-4 < parity["bf16_logits_rel_l2"] < parity["tolerance"]
+
+
+def test_serve_smoke_answers_every_check(tmp_path):
+    from gpu_serve import CHECKS
+
+    result = run(sys.executable, "tools/gpu_serve.py", "--smoke", "--out", str(tmp_path / "serve.json"), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    serve = json.loads((tmp_path / "serve.json").read_text())
+    assert serve["passed"] and serve["dtype"] == "float32"
+    assert set(serve["checks"]) == {*CHECKS, "attention"}
+    assert "serving with reference" in serve["checks"]["attention"]["detail"]
+
+
+def test_the_environment_step_fails_on_another_jax_than_the_pinned_one(tmp_path):
+    fake = tmp_path / "python3"  # this Python, whose jax reports another version to `-c` code
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then exec {sys.executable} -c "import jax; '
+                    f'jax.__version__ = \'0.0.1\'\n$2"; fi\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    result = run("tools/gpu_check.sh", "--smoke", "--only", "report", "--out", str(tmp_path / "out"),
+                 env={"PYTHON": str(fake)})
+    steps = dict(line.split("\t")[:2] for line in (tmp_path / "out" / "steps.tsv").read_text().splitlines())
+    assert steps["environment"] == "fail"
+    assert "pinned by pyproject.toml: 0.11.2" in (tmp_path / "out" / "gpu_check.log").read_text()
 
 
 @pytest.mark.parametrize("script", ["tools/gpu_check.sh", "tools/gpu_wheels.sh"])
