@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/weights.py), attention
-ATTENTIONS = (AUTO, "reference", "mosaic_gpu")  # engine/attention's implementations
+ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/attention's implementations
 SCAN, UNROLLED = "scan", "unrolled"
 LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/model.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/speculation.py)
@@ -89,7 +89,7 @@ class EngineConfig:
     dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved in Engine)
     quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
-    attention: str = "auto"  # engine/attention: auto (the kernel on GPUs), reference or mosaic_gpu
+    attention: str = "auto"  # engine/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
     layer_loop: str = "auto"  # engine/model.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
     enable_prefix_caching: bool = True
     max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention/reference.py)

@@ -26,20 +26,20 @@ from flax import nnx
 from engine.attention import Attention, reference_attention
 from engine.batch import BatchInputs, table_slots
 from engine.config import AUTO, LAYER_LOOPS, SCAN, UNROLLED, ModelConfig, RopeScaling
-from engine.kv_cache import KVCache
+from engine.kv_cache import KVCache, LayerKVCache
 from engine.weights import Int8Weight, dequantize
+
+AnyKVCache = KVCache | LayerKVCache  # stacked, or a layer per array (engine/kv_cache.py)
 
 
 def linear(x, weight):
     """x [t, in] times a weight stored [out, in] (float, or Int8Weight)."""
-    if x.shape[0] == 1:
-        x = materialized(x)
     if isinstance(weight, Int8Weight):
-        # Widened inside the product: for one row XLA's CPU backend fuses the widening into
-        # the matrix-vector product, which then reads a quarter of float32's bytes.
-        weight = dequantize(weight, x.dtype)
-    # Written as x @ W.T rather than an einsum: XLA's CPU backend turns this form into a
-    # matrix-vector product for one row (measured ~2.5x faster at one token).
+        weight = dequantize(weight, x.dtype)  # widened inside the product
+    if x.shape[0] == 1:
+        # A matrix-vector product. jax 0.11's CPU backend runs `x @ W.T` at one row several
+        # times slower than this form (1.4 against 0.2 ms for SmolLM2's 3072 x 576 in float32).
+        return jnp.einsum("ti,oi->to", materialized(x), weight)
     return x @ weight.T
 
 
@@ -125,11 +125,18 @@ class Layers(nnx.Module):
                 if isinstance(param, (nnx.Param, QuantizedParam))}
 
 
-def layer_loop_for(requested: str, backend: str) -> str:
+def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) -> str:
     """The layer loop `requested` stands for on `backend` ("cpu", "gpu", "tpu"): auto is an
-    unrolled loop on GPUs and a scan elsewhere (the module's docstring says why)."""
+    unrolled loop on GPUs and a scan elsewhere (the module's docstring says why), and always
+    unrolled over a cache kept as an array per layer (engine/kv_cache.py LayerKVCache),
+    which a scan cannot carry."""
     if requested not in LAYER_LOOPS:
         raise ValueError(f"layer_loop must be one of {', '.join(LAYER_LOOPS)}, not {requested!r}")
+    if cache_per_layer:
+        if requested == SCAN:
+            raise ValueError("layer_loop scan cannot carry a KV cache kept as an array per layer (the TPU "
+                             "kernel's): use unrolled, or auto")
+        return UNROLLED
     if requested != AUTO:
         return requested
     return UNROLLED if backend == "gpu" else SCAN
@@ -154,12 +161,12 @@ class Llama(nnx.Module):
         self.rope_freq_factors = nnx.Param(weights["rope_freq_factors"]) if "rope_freq_factors" in weights else None
         self.layers = Layers(weights["layers"])
 
-    def __call__(self, kv_cache: KVCache, batch: BatchInputs) -> tuple[jax.Array, KVCache]:
+    def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
         hidden, kv_cache = self.hidden_states(kv_cache, batch)
         return self.logits(hidden[batch.logits_indices]), kv_cache
 
-    def hidden_states(self, kv_cache: KVCache, batch: BatchInputs) -> tuple[jax.Array, KVCache]:
+    def hidden_states(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
         config = self.config
         inv_freq = rope_inv_freq(config, param_value(self.rope_freq_factors))
@@ -167,28 +174,29 @@ class Llama(nnx.Module):
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
         pages, offsets = slots // kv_cache.page_size, slots % kv_cache.page_size
 
-        def layer(carry, weights):
-            x, k_cache, v_cache, index = carry
+        def layer(x, cache, index, weights):
             h = rms_norm(x, weights["attn_norm"], config.rms_norm_eps)
             q, k, v = project_qkv(config, h, weights, batch.positions, inv_freq)
-            k_cache = k_cache.at[index, pages, offsets].set(k.astype(k_cache.dtype))
-            v_cache = v_cache.at[index, pages, offsets].set(v.astype(v_cache.dtype))
+            cache = cache.write(index, pages, offsets, k, v)
+            k_cache, v_cache, cache_layer = cache.operands(index)
             with jax.named_scope("attention"):  # named for profiles (tools/gpu_bench.py)
-                attn = self.attention(q, k, v, k_cache, v_cache, index, batch, 1.0 / math.sqrt(config.head_dim))
+                attn = self.attention(q, k, v, k_cache, v_cache, cache_layer, batch,
+                                      1.0 / math.sqrt(config.head_dim))
             x = x + linear(attn.reshape(x.shape[0], -1), weights["wo"])
             h = rms_norm(x, weights["mlp_norm"], config.rms_norm_eps)
-            return (x + mlp(h, weights), k_cache, v_cache, index + 1), None
+            return x + mlp(h, weights), cache
 
-        init = (x, kv_cache.k, kv_cache.v, jnp.int32(0))
         stacked = self.layers.stacked()
         if self.layer_loop == SCAN:
-            (x, k_cache, v_cache, _), _ = jax.lax.scan(layer, init, stacked)
+            def scanned(carry, weights):
+                x, cache, index = carry
+                return (*layer(x, cache, index, weights), index + 1), None
+
+            (x, kv_cache, _), _ = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)), stacked)
         else:
-            carry = init
-            for index in range(config.num_layers):
-                carry, _ = layer(carry, layer_weights(stacked, index))
-            x, k_cache, v_cache, _ = carry
-        return rms_norm(x, self.final_norm[...], config.rms_norm_eps), KVCache(k=k_cache, v=v_cache)
+            for index in range(config.num_layers):  # a static index: a static slice of each weight
+                x, kv_cache = layer(x, kv_cache, index, layer_weights(stacked, index))
+        return rms_norm(x, self.final_norm[...], config.rms_norm_eps), kv_cache
 
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.attention import attention_for
+from engine.attention import attention_for, reads_a_cache_per_layer
 from engine.attention import choose as choose_attention
 from engine.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.config import EngineConfig, ModelConfig
@@ -56,9 +56,10 @@ class ModelRunner:
         self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets)
         self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
-        self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend())
+        per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
+        self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
         self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention, self.layer_loop))
-        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh)
+        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),

@@ -31,6 +31,9 @@ LOGICAL_AXIS_RULES: dict[str | None, str | None] = {
 
 # The KV cache [layers, pages, page_size, kv_heads, head_dim] splits along its heads.
 KV_CACHE_AXES = ("layers", None, None, "kv_heads", None)
+# One layer's interleaved pages (engine/kv_cache.py LayerKVCache): a device's share of the
+# 2 x kv_heads heads is its own KV heads' keys and values.
+LAYER_KV_CACHE_AXES = (None, None, "kv_heads", None)
 
 
 def make_mesh(engine_config: EngineConfig) -> Mesh:
@@ -69,6 +72,14 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
 
 def kv_cache_sharding(shape: tuple[int, ...], mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, partition_spec(shape, KV_CACHE_AXES, mesh))
+
+
+def layer_kv_cache_sharding(shape: tuple[int, ...], mesh: Mesh) -> NamedSharding:
+    """A layer's interleaved pages split by KV heads, where the mesh divides them (a
+    device then holds whole key-value pairs: 2 x kv_heads / devices is even)."""
+    pairs = shape[2] // 2
+    divides = pairs % mesh.shape[TENSOR_AXIS] == 0
+    return NamedSharding(mesh, partition_spec(shape, LAYER_KV_CACHE_AXES, mesh) if divides else PartitionSpec())
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

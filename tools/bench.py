@@ -32,6 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from engine.config import LAYER_LOOPS  # noqa: E402
+
 
 def timed_calls(run, repeats: int) -> list[float]:
     """Seconds of each of `repeats` calls of `run` (which waits for the device), after one
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--output-tokens", type=int, default=128)
     engine.add_argument("--ttft-prompt-tokens", type=int, default=1000)
     engine.add_argument("--dtype", default="auto", help="compute dtype (auto: float32 on CPU, bfloat16 on GPUs)")
+    engine.add_argument("--layer-loop", default="auto", choices=LAYER_LOOPS,
+                        help="the forward's loop over the layers (auto: unrolled on GPUs, a scan elsewhere)")
     engine.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
                         help="dispatch the next decode window before the last one's results are back")
     sampler = commands.add_parser("sampler", help="the full sampling step against greedy")

@@ -23,7 +23,8 @@ def bench_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(max_model_len=max_model_len, max_num_seqs=max_seqs, max_num_batched_tokens=512,
                         page_size=page_size, num_pages=max(pages, max_model_len // page_size) + 2,
                         dtype=args.dtype, enable_prefix_caching=False,
-                        overlap_steps=getattr(args, "overlap_steps", True))
+                        overlap_steps=getattr(args, "overlap_steps", True),
+                        layer_loop=getattr(args, "layer_loop", "auto"))
 
 
 def random_prompt(rng: np.random.Generator, vocab_size: int, length: int) -> list[int]:
@@ -98,7 +99,8 @@ def run_engine_benchmarks(args: argparse.Namespace) -> None:
     config = bench_config(args)
     started = time.perf_counter()
     engine = Engine.from_model(args.model, config)
-    print(f"engine: {config.max_num_seqs} seqs, buckets {list(config.token_buckets)}, {engine.config.dtype}; "
+    print(f"engine: {config.max_num_seqs} seqs, buckets {list(config.token_buckets)}, {engine.config.dtype}, "
+          f"{engine.runner.layer_loop} layer loop; "
           f"load and compile {time.perf_counter() - started:.0f} s")
     rng = np.random.default_rng(0)
     timed_run(engine, requests_for(engine, args, 2, "warm", rng))  # first-touch effects out of the figures

@@ -79,7 +79,9 @@ async def events(plan: CompletionPlan, generation: Generation) -> AsyncIterator[
     """`token_sampled` events as tokens come, then the `complete` event."""
     context = CompletionContext(plan, generation)
     results = Results(plan.choices)
-    texts = {choice.index: TokenTexts(context.tokenizer, choice.prompt_token_ids) for choice in plan.choices}
+    # Not `choice` for the planned one: Python 3.12 inlines comprehensions (PEP 709), and
+    # 3.12.1 then reads the module's `choice` below as this function's unbound local.
+    texts = {planned.index: TokenTexts(context.tokenizer, planned.prompt_token_ids) for planned in plan.choices}
     echoed: set[int] = set()
     async with aclosing(generation.events()) as choice_events:
         async for event in choice_events:

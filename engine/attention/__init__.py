@@ -4,12 +4,15 @@
   every kernel is tested against.
 - `mosaic_gpu` (engine/attention/mosaic_gpu.py): a Pallas Mosaic GPU kernel for Hopper.
   Asked for on a CPU it runs in GPU interpret mode: slow, for tests only.
+- `ragged_tpu` (engine/attention/ragged_tpu.py): JAX's own Pallas TPU kernel, over a cache
+  kept as one interleaved array per layer (engine/kv_cache.py `LayerKVCache`). TPUs only:
+  JAX's TPU interpret mode cannot run it.
 
-`auto` takes the kernel on a GPU when it serves the model's shape (`mosaic_gpu.supports`)
-and passes its start-up check (engine/attention/probe.py), and the reference otherwise: a
-float32 run on a GPU keeps XLA's exact arithmetic, which GPU-against-CPU parity checks rely
-on. The kernel asked for by name on a GPU must pass the same check, or the engine does not
-start.
+`auto` takes the GPU kernel on a GPU when it serves the model's shape (`mosaic_gpu.supports`)
+and passes its start-up check (engine/attention/probe.py), the TPU kernel on a TPU when it
+serves the shape, and the reference otherwise: a float32 run on a GPU keeps XLA's exact
+arithmetic, which GPU-against-CPU parity checks rely on. The GPU kernel asked for by name
+on a GPU must pass the same check, or the engine does not start.
 
 Every implementation is called as
     attention(q, k, v, k_cache, v_cache, layer, batch, scale) -> [tokens, heads, d]
@@ -26,14 +29,15 @@ from functools import partial
 import jax
 from jax.sharding import Mesh, PartitionSpec
 
-from engine.attention import mosaic_gpu
+from engine.attention import mosaic_gpu, ragged_tpu
 from engine.attention.probe import kernel_problem
+from engine.attention.ragged_tpu import ragged_tpu_attention
 from engine.attention.reference import paged_attention as reference_attention
 from engine.config import ATTENTIONS
 from engine.sharding import TENSOR_AXIS
 
 IMPLEMENTATIONS = ATTENTIONS
-AUTO, REFERENCE, MOSAIC_GPU = ATTENTIONS
+AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
 log = logging.getLogger("flint")
@@ -45,12 +49,26 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
     if name != AUTO:
         return name
-    fits = mosaic_gpu.supports(dtype, head_dim, num_heads, num_kv_heads, page_size)
-    return MOSAIC_GPU if on_gpu() and fits else REFERENCE
+    shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
+    if on_gpu() and mosaic_gpu.supports(*shape):
+        return MOSAIC_GPU
+    if on_tpu() and ragged_tpu.supports(*shape):
+        return RAGGED_TPU
+    return REFERENCE
 
 
 def on_gpu() -> bool:
     return jax.default_backend() == "gpu"
+
+
+def on_tpu() -> bool:
+    return jax.default_backend() == "tpu"
+
+
+def reads_a_cache_per_layer(name: str) -> bool:
+    """Whether implementation `name` reads a LayerKVCache (engine/kv_cache.py) rather than
+    the stacked KVCache."""
+    return name == RAGGED_TPU
 
 
 class KernelUnavailable(RuntimeError):
@@ -100,11 +118,16 @@ def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) ->
     """The attention function of a resolved implementation name, laid over `mesh`."""
     if name == REFERENCE:
         return reference_attention
-    interpret = None if on_gpu() else interpret_params()
-    kernel = partial(kernel_attention, interpret=interpret)
+    if name == RAGGED_TPU:
+        if not on_tpu():
+            raise ValueError(f"attention {RAGGED_TPU} runs on TPUs only, and JAX sees {jax.default_backend()} "
+                             "devices (jax's TPU interpret mode cannot run its kernel)")
+        kernel = ragged_tpu_attention
+    else:
+        kernel = partial(kernel_attention, interpret=None if on_gpu() else interpret_params())
     if mesh is None or mesh.size == 1:
         return kernel
-    return over_mesh(kernel, mesh, num_kv_heads)
+    return over_mesh(kernel, mesh, num_kv_heads, cache_rank=4 if reads_a_cache_per_layer(name) else 5)
 
 
 def kernel_attention(q, k, v, k_cache, v_cache, layer, batch, scale, *, interpret=None):
@@ -114,22 +137,28 @@ def kernel_attention(q, k, v, k_cache, v_cache, layer, batch, scale, *, interpre
                                              batch.block_tables, scale, interpret=interpret)
 
 
-def over_mesh(attention: Attention, mesh: Mesh, num_kv_heads: int) -> Attention:
+def over_mesh(attention: Attention, mesh: Mesh, num_kv_heads: int, cache_rank: int = 5) -> Attention:
     """`attention` once per device on its own heads (a Pallas call is not partitioned by XLA).
 
-    The KV heads split over the tensor-parallel axis as engine/sharding.py splits the cache,
-    and each device's query heads are the groups of its KV heads. With KV heads that do not
-    divide, everything is replicated and so is the work."""
+    The KV heads split over the tensor-parallel axis as engine/sharding.py splits the cache
+    (its axis before head_dim: a `cache_rank`-dimensional array; a LayerKVCache's has no
+    `v_cache`), and each device's query heads are the groups of its KV heads. With KV heads
+    that do not divide, everything is replicated and so is the work."""
     split = num_kv_heads % mesh.shape[TENSOR_AXIS] == 0
     heads = PartitionSpec(None, TENSOR_AXIS, None) if split else PartitionSpec()
-    cache = PartitionSpec(None, None, None, TENSOR_AXIS, None) if split else PartitionSpec()
+    cache = PartitionSpec(*[None] * (cache_rank - 2), TENSOR_AXIS, None) if split else PartitionSpec()
 
     def attend(q, k, v, k_cache, v_cache, layer, batch, scale):
+        caches = (k_cache,) if v_cache is None else (k_cache, v_cache)
+
+        def on_device(q, k, v, caches, layer, batch):
+            return attention(q, k, v, caches[0], caches[1] if len(caches) > 1 else None, layer, batch, scale)
+
         per_device = jax.shard_map(
-            lambda q, k, v, k_cache, v_cache, layer, batch: attention(q, k, v, k_cache, v_cache, layer, batch, scale),
-            mesh=mesh, in_specs=(heads, heads, heads, cache, cache, PartitionSpec(), PartitionSpec()),
+            on_device, mesh=mesh, in_specs=(heads, heads, heads, (cache,) * len(caches), PartitionSpec(),
+                                            PartitionSpec()),
             out_specs=heads, check_vma=False)
-        return per_device(q, k, v, k_cache, v_cache, layer, batch)
+        return per_device(q, k, v, caches, layer, batch)
 
     return attend
 

@@ -56,6 +56,10 @@ def test_gpus_unroll_the_layers_and_other_backends_scan():
     assert layer_loop_for("auto", "gpu") == UNROLLED
     assert layer_loop_for("auto", "cpu") == SCAN and layer_loop_for("auto", "tpu") == SCAN
     assert layer_loop_for(SCAN, "gpu") == SCAN
+    # A cache kept as an array per layer (the TPU kernel's) is indexed statically: unrolled.
+    assert layer_loop_for("auto", "tpu", cache_per_layer=True) == UNROLLED
+    with pytest.raises(ValueError, match="scan"):
+        layer_loop_for(SCAN, "tpu", cache_per_layer=True)
     with pytest.raises(ValueError, match="layer_loop"):
         EngineConfig(layer_loop="while")
 
