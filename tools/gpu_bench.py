@@ -15,7 +15,9 @@ In one run, each figure against what the same run measured of the machine:
   of attention, matmuls, sampling, copies, other and idle (tools/gpu_trace.py). Copies over
   MAX_COPY_PCT of a step fail the run: every layer's weights were once copied at every step;
 - the layers' matmuls alone through each form of the layer loop, scan and unrolled, at 1
-  and at the largest concurrency, against reading their weights once (tools/gpu_layer_loop.py).
+  and at the largest concurrency, against reading their weights once (tools/gpu_layer_loop.py);
+- the attention kernel alone on decode steps of 1 and 256 sequences at contexts of 512 and
+  4,096, in GB/s of keys and values read (tools/gpu_attention.py).
 It writes DIR/gpu_check.json and DIR/gpu_check.md after every figure (a run cut short keeps
 what it measured) and the traces as DIR/profile_ROWS.json.gz (Perfetto's JSON). DIR is
 $OUT when set, else ./gpu-check-out.
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+import gpu_attention  # noqa: E402
 import gpu_layer_loop  # noqa: E402
 import gpu_report  # noqa: E402
 from bench import timed_calls  # noqa: E402
@@ -66,6 +69,7 @@ class Settings:
     token_buckets: tuple[int, ...]
     max_prefill_rows: int  # prompts in one prefill step (only the jnp attention unrolls over them)
     copy_mib: int  # of the copied buffer; the copy moves twice as many bytes
+    attention_cases: tuple[tuple[int, int], ...]  # (sequences, context) of the kernel's decode timings
     repeats: int = 10
 
 
@@ -73,10 +77,12 @@ SETTINGS = {
     # 16 prompts of 128 tokens fill a 2,048-token prefill step.
     "llama3-8b": Settings(shape="llama3-8b", dtype="bfloat16", concurrency=(64, 256), prompt_tokens=128,
                           output_tokens=128, ttft_prompt_tokens=2048, token_buckets=(1, 64, 256, 2048),
-                          max_prefill_rows=16, copy_mib=4096),
+                          max_prefill_rows=16, copy_mib=4096,
+                          attention_cases=((1, 512), (1, 4096), (256, 512), (256, 4096))),
     # float32, the CPU's fastest dtype: the smoke run checks the plumbing, not bfloat16.
     "tiny": Settings(shape="tiny", dtype="float32", concurrency=(4, 8), prompt_tokens=16, output_tokens=16,
-                     ttft_prompt_tokens=64, token_buckets=(1, 8, 64), max_prefill_rows=4, copy_mib=64, repeats=3),
+                     ttft_prompt_tokens=64, token_buckets=(1, 8, 64), max_prefill_rows=4, copy_mib=64,
+                     attention_cases=((1, 64), (4, 128)), repeats=3),
 }
 TARGETS = {"decode_b1_roofline_pct": ">= 85 (H100)", "throughput_256_tok_s": ">= 15,000 (H100)"}
 PROFILE_CATEGORIES = ("attention", "matmul", "sampling", "copy", "other", "idle")
@@ -92,6 +98,8 @@ def metric_keys(settings: Settings) -> list[str]:
     keys += ["ttft_s"]
     for rows in profile_rows(settings):
         keys += [f"profile_{rows}_step_ms"] + [f"profile_{rows}_{c}_pct" for c in PROFILE_CATEGORIES]
+    for rows, context in settings.attention_cases:
+        keys += [f"attention_{rows}x{context}_ms", f"attention_{rows}x{context}_gb_s"]
     keys += ["layers_read_ms"]
     for form in gpu_layer_loop.FORMS:
         keys += [f"layers_{form}_compile_s"] + [f"layers_{form}_{rows}_ms" for rows in profile_rows(settings)]
@@ -198,6 +206,19 @@ def measure_profiles(engine: Engine, settings: Settings, out_dir: Path, record: 
                            + ", ".join(f"{share:.1f}% at {rows} rows" for rows, share in too_many.items()))
 
 
+def measure_attention(engine: Engine, settings: Settings, bandwidth: float, record: dict) -> None:
+    """The kernel alone, one layer's decode step, in bfloat16 at the model's head shape."""
+    model = engine.model_config
+    for rows, context in settings.attention_cases:
+        ms, gb_s = gpu_attention.time_decode_attention(rows, context, model.num_heads, model.num_kv_heads,
+                                                       model.head_dim, engine.config.page_size, jax.numpy.bfloat16,
+                                                       settings.repeats, jax.default_backend() == "gpu")
+        shape = f"{rows} sequences at {context} tokens"
+        gpu_report.put(record, f"attention_{rows}x{context}_ms", ms, f"attention kernel alone, one layer, {shape} (ms)")
+        gpu_report.put(record, f"attention_{rows}x{context}_gb_s", gb_s,
+                       f"  its keys and values read (GB/s; the copy measured {bandwidth / 1e9:.0f})")
+
+
 def measure_layer_loops(engine: Engine, settings: Settings, bandwidth: float, record: dict) -> None:
     read_ms = 1e3 * gpu_layer_loop.weight_bytes(engine) / bandwidth
     gpu_report.put(record, "layers_read_ms", read_ms, "the layers' projection and MLP weights read once (ms)")
@@ -231,6 +252,7 @@ def run(settings: Settings, out_dir: Path, command: str) -> dict:
                                        f"time to first token, {settings.ttft_prompt_tokens}-token prompt (s)"),
         "profiles": lambda: measure_profiles(engine, settings, out_dir, record),
         "layer loops": lambda: measure_layer_loops(engine, settings, bandwidth, record),
+        "attention": lambda: measure_attention(engine, settings, bandwidth, record),
     }
     for name, measure in measures.items():
         started = time.perf_counter()

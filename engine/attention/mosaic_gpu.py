@@ -5,9 +5,15 @@ has already written this step's keys and values to the cache (engine/model.py), 
 query reads its keys from the cache alone: the positions up to its own, of its own row.
 
 Work: engine/attention/work.py cuts the step into query tiles of one sequence each. A
-program takes one tile and one KV head. Its 64 query rows are the tile's tokens times the
-head's group of query heads (GQA), so that a decode row's few heads still fill wgmma's
-M = 64 with real rows when several tokens share the tile.
+program takes one tile, one KV head and one share of the tile's key blocks. Its 64 query
+rows are the tile's tokens times the head's group of query heads (GQA), so that a decode
+row's few heads still fill wgmma's M = 64 with real rows when several tokens share the tile.
+
+Splitting the keys (flash-decoding): a decode step of few sequences has few tiles, 16
+programs for Llama-3-8B at batch 1 on 132 SMs. When tiles x KV heads would leave the GPU
+idle, each tile's key blocks are shared among `key_splits` programs; each writes its rows'
+output normalised over its own keys, in float32, with their log-sum-exp, and the wrapper
+combines the shares (`combine_splits`). A share with no keys writes zeros and -inf.
 
 Per program, one warpgroup:
 - the tile's queries come in by TMA; scaled by the wrapper, laid out [kv head, token x
@@ -21,7 +27,8 @@ Per program, one warpgroup:
 - scores by wgmma (Q K^T), the causal mask from the positions, the online softmax in
   float32 registers, and P V by wgmma;
 - the rows that belong to the tile (tokens x group, not the padding to 64) go back by TMA
-  in power-of-two pieces, so a program never writes the rows of another program's tile.
+  in power-of-two pieces, so a program never writes the rows of another program's tile,
+  with their log-sum-exp beside them (LSE_COLUMNS copies of it: a TMA row needs 16 bytes).
 """
 
 from __future__ import annotations
@@ -40,8 +47,15 @@ from engine.attention.work import FIRST_POSITION, FIRST_TOKEN, NUM_TOKENS, ROW, 
 TILE_ROWS = 64  # query rows per program: wgmma's M
 SWIZZLE_BYTES = 128
 LOG2_E = math.log2(math.e)
+LN_2 = math.log(2.0)
 
 
+LSE_COLUMNS = 8  # copies of a row's log-sum-exp the kernel writes: 32 bytes, a TMA row's minimum is 16
+# Programs a step should have before its keys are not split: two per SM of an H100 or
+# H200 (132 SMs), so that one wave fills the GPU. In GPU interpret mode (tests, on the
+# CPU) far fewer: every program is simulated, and two or three shares test the same code.
+PROGRAMS_TO_FILL = {False: 264, True: 24}
+MAX_KEY_SPLITS = 16
 MAX_WGMMA_N = 256  # wgmma's largest N: the key block of Q K^T
 SMEM_BYTES = 227 * 1024  # an H100's shared memory per block
 REGISTER_BUDGET = 200  # 32-bit registers per thread for the program's arrays, of 255
@@ -66,15 +80,34 @@ def _fits(head_dim: int, block_keys: int) -> bool:
     keys and of values) within shared memory, and its float32 arrays (the running output,
     a block's P V, its scores and P in 16 bits) within the register budget of a warpgroup's
     128 threads."""
-    smem = 2 * (2 * TILE_ROWS * head_dim + 2 * 2 * block_keys * head_dim)  # 16-bit elements
+    # 16-bit queries (tiled and staged) and two slots of keys and of values, a float32
+    # output and its log-sum-exp.
+    smem = 2 * (2 * TILE_ROWS * head_dim + 2 * 2 * block_keys * head_dim) + 4 * TILE_ROWS * (head_dim + LSE_COLUMNS)
     registers = (2 * TILE_ROWS * head_dim + TILE_ROWS * block_keys + TILE_ROWS * block_keys // 2) // 128
     return block_keys <= MAX_WGMMA_N and smem <= SMEM_BYTES and registers <= REGISTER_BUDGET
 
 
+def key_splits(num_items: int, num_kv: int, interpret: bool) -> int:
+    """Programs that share each tile's keys: as many as fill the GPU, 1 when tiles do."""
+    return max(1, min(MAX_KEY_SPLITS, PROGRAMS_TO_FILL[interpret] // (num_items * num_kv)))
+
+
+def combine_splits(partial, lse):
+    """The attention output [kv, rows, d] from each share's [splits, kv, rows, d], each
+    normalised over its own keys, and their log-sum-exps [splits, kv, rows]."""
+    if partial.shape[0] == 1:
+        return partial[0]
+    peak = lse.max(axis=0)
+    weights = jnp.exp(lse - jnp.where(jnp.isfinite(peak), peak, 0.0))  # shares without keys weigh 0
+    total = weights.sum(axis=0)
+    return (weights[..., None] * partial).sum(axis=0) / jnp.where(total > 0, total, 1.0)[..., None]
+
+
 def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, block_tables, scale: float,
-                           *, interpret=None):
+                           *, interpret=None, splits: int | None = None):
     """Attention output [tokens, heads, d] of queries q [tokens, heads, d] over the paged cache
-    [layers, pages, page_size, kv_heads, d] at `layer`, whose step keys are already written."""
+    [layers, pages, page_size, kv_heads, d] at `layer`, whose step keys are already written.
+    `splits`: programs sharing each tile's keys (default: `key_splits`)."""
     num_tokens, num_heads, head_dim = q.shape
     page_size, num_kv = k_cache.shape[2], k_cache.shape[3]
     group = num_heads // num_kv
@@ -86,39 +119,46 @@ def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, bl
     queries = queries.transpose(1, 0, 2, 3).reshape(num_kv, num_tokens * group, head_dim)
     # Room for a whole tile after the last token: every read stays in bounds.
     queries = jnp.pad(queries, ((0, 0), (0, TILE_ROWS), (0, 0)))
+    splits = splits or key_splits(work.shape[0], num_kv, bool(interpret))
     call = _kernel(num_tokens * group, num_kv, head_dim, group, page_size, block_keys,
-                   work.shape[0], k_cache.dtype, interpret)
-    out = call(work, jnp.asarray(layer, jnp.int32).reshape(1), tables, queries, k_cache, v_cache)
-    out = out[:, :num_tokens * group].reshape(num_kv, num_tokens, group, head_dim).transpose(1, 0, 2, 3).reshape(q.shape)
+                   work.shape[0], splits, k_cache.dtype, interpret)
+    partial, lse = call(work, jnp.asarray(layer, jnp.int32).reshape(1), tables, queries, k_cache, v_cache)
+    rows = num_tokens * group
+    out = combine_splits(partial[:, :, :rows], lse[:, :, :rows, 0])
+    out = out.reshape(num_kv, num_tokens, group, head_dim).transpose(1, 0, 2, 3).reshape(q.shape)
     # Padding tokens' rows are never written: make them zeros rather than whatever was there.
     return jnp.where((token_rows >= 0)[:, None, None], out, 0).astype(q.dtype)
 
 
 def _kernel(query_rows: int, num_kv: int, head_dim: int, group: int, page_size: int, block_keys: int,
-            num_items: int, dtype, interpret):
+            num_items: int, splits: int, dtype, interpret):
     tile = plgpu.TilingTransform((8, SWIZZLE_BYTES // jnp.dtype(dtype).itemsize))
     swizzle = plgpu.SwizzleTransform(SWIZZLE_BYTES)
     pages_per_block = block_keys // page_size
-    shapes = _Shapes(group, page_size, block_keys, pages_per_block, head_dim, dtype, bool(interpret))
+    shapes = _Shapes(group, page_size, block_keys, pages_per_block, head_dim, splits, dtype, bool(interpret))
 
-    def body(work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref):
-        refs = (work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref)
+    def body(work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref, lse_ref):
+        refs = (work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref, lse_ref)
         pl.run_scoped(
             lambda *scratch: _program(shapes, refs, *scratch),
             plgpu.SMEM((TILE_ROWS, head_dim), dtype, transforms=(tile, swizzle)),
             plgpu.SMEM((2, block_keys, head_dim), dtype, transforms=(tile, swizzle)),
             plgpu.SMEM((2, block_keys, head_dim), dtype, transforms=(tile, swizzle)),
-            plgpu.SMEM((TILE_ROWS, head_dim), dtype),
+            plgpu.SMEM((TILE_ROWS, head_dim), dtype),  # the queries as they land (untiled)
+            plgpu.SMEM((TILE_ROWS, head_dim), jnp.float32),
+            plgpu.SMEM((TILE_ROWS, LSE_COLUMNS), jnp.float32),
             plgpu.Barrier(num_barriers=1),
             plgpu.Barrier(num_arrivals=pages_per_block, num_barriers=2),
             plgpu.Barrier(num_arrivals=pages_per_block, num_barriers=2),
         )
 
+    # A tile's room after the last row, as for the queries: every TMA box, up to 64 rows,
+    # lies inside the outputs, however few tokens the step has.
+    rows = query_rows + TILE_ROWS
+    out_type = (jax.ShapeDtypeStruct((splits, num_kv, rows, head_dim), jnp.float32),
+                jax.ShapeDtypeStruct((splits, num_kv, rows, LSE_COLUMNS), jnp.float32))
     return plgpu.kernel(
-        # A tile's room after the last row, as for the queries: every TMA box, up to 64 rows,
-        # lies inside the output, however few tokens the step has.
-        body, out_type=jax.ShapeDtypeStruct((num_kv, query_rows + TILE_ROWS, head_dim), dtype),
-        grid=(num_items, num_kv), grid_names=("item", "kv_head"),
+        body, out_type=out_type, grid=(num_items, num_kv, splits), grid_names=("item", "kv_head", "split"),
         compiler_params=plgpu.CompilerParams(approx_math=True), interpret=interpret,
     )
 
@@ -132,6 +172,7 @@ class _Shapes:
     block_keys: int
     pages_per_block: int
     head_dim: int
+    splits: int  # programs sharing each tile's key blocks
     dtype: object
     interpret: bool  # GPU interpret mode (on the CPU) runs without register-layout hints
 
@@ -142,9 +183,10 @@ class _Shapes:
         return self.layout_cast(lax.broadcasted_iota(jnp.int32, shape, dimension), layout)
 
 
-def _program(shapes: _Shapes, refs, q_smem, k_smem, v_smem, o_smem, q_barrier, k_barriers, v_barriers):
-    work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref = refs
-    item, head = lax.axis_index("item"), lax.axis_index("kv_head")
+def _program(shapes: _Shapes, refs, q_smem, k_smem, v_smem, q_landing, o_smem, lse_smem, q_barrier, k_barriers,
+             v_barriers):
+    work_ref, layer_ref, tables_ref, q_ref, k_ref, v_ref, out_ref, lse_ref = refs
+    item, head, split = lax.axis_index("item"), lax.axis_index("kv_head"), lax.axis_index("split")
     row, first_token = work_ref[item, ROW], work_ref[item, FIRST_TOKEN]
     num_tokens, first_position = work_ref[item, NUM_TOKENS], work_ref[item, FIRST_POSITION]
     layer = layer_ref[0]
@@ -160,15 +202,22 @@ def _program(shapes: _Shapes, refs, q_smem, k_smem, v_smem, o_smem, q_barrier, k
     @pl.when(num_tokens > 0)
     def _():
         # The tile's first row is anywhere (first_token * group), and a TMA copy into a tiled
-        # buffer must start on a tile's edge: the queries land in the untiled output buffer
-        # (free until the end), then go through registers into the tiled, swizzled q_smem
-        # that wgmma reads.
-        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(first_token * shapes.group, TILE_ROWS)], o_smem,
+        # buffer must start on a tile's edge: the queries land untiled, then go through
+        # registers into the tiled, swizzled q_smem that wgmma reads.
+        plgpu.copy_gmem_to_smem(q_ref.at[head, pl.ds(first_token * shapes.group, TILE_ROWS)], q_landing,
                                 q_barrier.at[0])
+        # This program's share of the tile's key blocks: [start, stop).
         num_blocks = lax.div(first_position + num_tokens + shapes.block_keys - 1, shapes.block_keys)
-        fetch(0, 0)
+        per_split = lax.div(num_blocks + shapes.splits - 1, shapes.splits)
+        start = jnp.minimum(split * per_split, num_blocks)
+        stop = jnp.minimum(start + per_split, num_blocks)
+
+        @pl.when(start < stop)
+        def _():
+            fetch(start, 0)
+
         plgpu.barrier_wait(q_barrier.at[0])
-        q_smem[...] = shapes.layout_cast(o_smem[...], plgpu.Layout.WGMMA)
+        q_smem[...] = shapes.layout_cast(q_landing[...], plgpu.Layout.WGMMA)
         plgpu.commit_smem()  # wgmma reads q_smem through the async proxy
         # Each query row's position; the padding rows past the tile's tokens copy the last
         # token's, so that no row is left without keys (an all -inf row would give NaN).
@@ -176,20 +225,32 @@ def _program(shapes: _Shapes, refs, q_smem, k_smem, v_smem, o_smem, q_barrier, k
         query_positions = first_position + jnp.minimum(lax.div(query_rows, shapes.group), num_tokens - 1)
 
         def step(block, carry):
-            slot = lax.rem(block, 2)
+            slot = lax.rem(block - start, 2)
 
-            @pl.when(block + 1 < num_blocks)
+            @pl.when(block + 1 < stop)
             def _():
                 fetch(block + 1, 1 - slot)
 
             return _attend_block(shapes, q_smem, k_smem.at[slot], v_smem.at[slot], k_barriers.at[slot],
                                  v_barriers.at[slot], block, query_positions, carry)
 
-        m, normaliser, acc = lax.fori_loop(0, num_blocks, step, _empty_state(shapes))
-        del m
-        o_smem[...] = (acc / lax.broadcast_in_dim(normaliser, acc.shape, [0])).astype(shapes.dtype)
+        m, normaliser, acc = lax.fori_loop(start, stop, step, _empty_state(shapes))
+        o_smem[...], lse_smem[...] = _share_result(shapes, m, normaliser, acc)
         plgpu.commit_smem()
-        _store_rows(o_smem, out_ref.at[head], first_token * shapes.group, num_tokens * shapes.group)
+        first_row, count = first_token * shapes.group, num_tokens * shapes.group
+        _store_rows(o_smem, out_ref.at[split, head], first_row, count)
+        _store_rows(lse_smem, lse_ref.at[split, head], first_row, count)
+
+
+def _share_result(shapes: _Shapes, m, normaliser, acc):
+    """(output [64, d] normalised over this share's keys, its log-sum-exp [64, LSE_COLUMNS]),
+    in float32; zeros and -inf where the share had no keys (m is in log2 units)."""
+    has_keys = normaliser > 0
+    safe = jnp.where(has_keys, normaliser, 1.0)
+    out = acc / lax.broadcast_in_dim(safe, acc.shape, [0])
+    lse = jnp.where(has_keys, m * LN_2 + jnp.log(safe), -jnp.inf)
+    lse = shapes.layout_cast(lax.broadcast_in_dim(lse, (TILE_ROWS, LSE_COLUMNS), [0]), plgpu.Layout.WGMMA)
+    return out, lse
 
 
 def _empty_state(shapes: _Shapes):
@@ -209,8 +270,12 @@ def _attend_block(shapes: _Shapes, q_smem, k_slot, v_slot, k_barrier, v_barrier,
     visible = key_positions <= lax.broadcast_in_dim(query_positions, scores.shape, [0])
     scores = jnp.where(visible, scores * LOG2_E, -jnp.inf)
     new_m = jnp.maximum(m, scores.max(axis=1))
-    rescale = jnp.exp2(m - new_m)
-    weights = jnp.exp2(scores - lax.broadcast_in_dim(new_m, scores.shape, [0]))
+    # A row that has seen no visible key yet keeps m = -inf: shift it by 0, so that its
+    # scale and weights are exp2(-inf) = 0 rather than NaN. A share of the keys (flash-
+    # decoding) can hold blocks entirely after some rows' positions.
+    shift = jnp.where(new_m == -jnp.inf, 0.0, new_m)
+    rescale = jnp.exp2(m - shift)
+    weights = jnp.exp2(scores - lax.broadcast_in_dim(shift, scores.shape, [0]))
     normaliser = normaliser * rescale + weights.sum(axis=1)
     plgpu.barrier_wait(v_barrier)
     values = _weighted_values(shapes, weights.astype(shapes.dtype), v_slot)

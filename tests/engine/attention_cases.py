@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.batch import BatchInputs, empty_batch
+from engine.config import EngineConfig
+from engine.params import random_params
+from engine.runner import ModelRunner, RowPlan
 
 
 @dataclass
@@ -65,3 +68,16 @@ def make_step(rows: list[tuple[int, int]], *, num_heads: int, num_kv: int, head_
     v[:cursor] = v_cache[layer, slots // page_size, slots % page_size]
     q = rng.standard_normal((num_tokens, num_heads, head_dim)).astype(dtype)
     return Step(q, k, v, k_cache, v_cache, batch, layer)
+
+
+def chunked_prompt_logits(model_config, attention: str, **engine_options):
+    """(logits of every token, the runner) of a 30-token random prompt run through a
+    ModelRunner on `attention` as a serving engine would: in two prompt chunks, then a
+    decode, over pages 1 to 3; random weights of seed 3. `engine_options`: EngineConfig fields."""
+    engine = EngineConfig(max_model_len=48, max_num_seqs=2, max_num_batched_tokens=32, page_size=16, num_pages=8,
+                          attention=attention, **engine_options)
+    runner = ModelRunner(model_config, engine, random_params(model_config, seed=3))
+    prompt = list(np.random.default_rng(0).integers(0, model_config.vocab_size, 30))
+    table = [1, 2, 3]
+    chunks = [RowPlan(prompt[:20], 0, table), RowPlan(prompt[20:29], 20, table), RowPlan(prompt[29:], 29, table)]
+    return np.concatenate([runner.hidden_logits([chunk]) for chunk in chunks]), runner

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax import export
 
-from attention_cases import make_step
+from attention_cases import chunked_prompt_logits, make_step
 from engine.attention import MOSAIC_GPU, REFERENCE, interpret_params, resolve
 from engine.attention.mosaic_gpu import ragged_paged_attention, supports
 from engine.attention.reference import paged_attention
@@ -33,12 +33,12 @@ SCALE = 0.125
 TOLERANCE = 1e-2
 
 
-def run_kernel(step, dtype=BF16):
+def run_kernel(step, dtype=BF16, splits=None):
     return np.asarray(ragged_paged_attention(
         jnp.asarray(step.q, dtype), jnp.asarray(step.k_cache, dtype), jnp.asarray(step.v_cache, dtype),
         step.layer, jnp.asarray(step.batch.token_rows), jnp.asarray(step.batch.positions),
-        jnp.asarray(step.batch.block_tables), SCALE, interpret=None if COMPILED else interpret_params()),
-        np.float32)
+        jnp.asarray(step.batch.block_tables), SCALE, interpret=None if COMPILED else interpret_params(),
+        splits=splits), np.float32)
 
 
 def run_reference(step):
@@ -47,11 +47,12 @@ def run_reference(step):
     return np.asarray(paged_attention(*map(jnp.asarray, rounded), step.layer, step.batch, SCALE))
 
 
-def check(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None, seed=0):
+def check(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None, seed=0,
+          splits=None):
     num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
     step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
                      num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
-    out, expected = run_kernel(step), run_reference(step)
+    out, expected = run_kernel(step, splits=splits), run_reference(step)
     real = step.batch.token_rows >= 0
     assert np.isfinite(out).all()
     error = np.linalg.norm(out[real] - expected[real]) / np.linalg.norm(expected[real])
@@ -62,13 +63,25 @@ def check(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=
     assert per_token.max() < 3 * TOLERANCE, per_token.max()
 
 
-def test_decode_rows_of_ragged_lengths():
-    check([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (64, 1)])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_rows_of_ragged_lengths(splits):
+    # With 3 programs sharing a row's keys, the 165-key row gives each one block; the short
+    # rows leave shares with no keys, which must weigh nothing.
+    check([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (164, 1)], splits=splits)
 
 
-def test_prefill_only_chunks_spanning_tiles_and_blocks():
+@pytest.mark.parametrize("splits", [1, 2])
+def test_prefill_only_chunks_spanning_tiles_and_blocks(splits):
     # Group 2 -> 32 tokens per tile: 70 tokens make three tiles; 150 keys three key blocks.
-    check([(0, 70), (80, 40)], num_tokens=128)
+    check([(0, 70), (80, 40)], num_tokens=128, splits=splits)
+
+
+def test_a_decode_of_few_rows_shares_its_keys_and_a_full_step_does_not():
+    """Flash-decoding where the GPU would sit idle: the share count fills it."""
+    from engine.attention.mosaic_gpu import key_splits
+
+    assert key_splits(2, 8, interpret=False) == 16  # Llama-3-8B at batch 1: 16 programs, 256 shared
+    assert key_splits(96, 8, interpret=False) == 1  # a 512-token step: 768 programs already
 
 
 def test_mixed_step_with_prefix_and_fresh_prompts():
@@ -147,23 +160,15 @@ def test_model_with_the_kernel_matches_the_reference_model():
     """Through ModelRunner: the model writes the step's keys before the kernel reads them,
     a prompt in two chunks and then a decode, in bfloat16, against the same model on the
     reference attention."""
-    from engine.config import EngineConfig, ModelConfig
-    from engine.params import random_params
-    from engine.runner import ModelRunner, RowPlan
+    from engine.config import ModelConfig
 
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_layers=2,
                          num_heads=4, num_kv_heads=2, head_dim=64)
-    params = random_params(config, seed=3)
-    prompt = list(np.random.default_rng(0).integers(0, 64, 30))
-    table = list(range(1, 4))
 
     def logits(attention):
-        engine = EngineConfig(max_model_len=48, max_num_seqs=2, max_num_batched_tokens=32, page_size=16,
-                              num_pages=8, dtype="bfloat16", attention=attention)
-        runner = ModelRunner(config, engine, params)
+        logits, runner = chunked_prompt_logits(config, attention, dtype="bfloat16")
         assert runner.attention == attention
-        chunks = [RowPlan(prompt[:20], 0, table), RowPlan(prompt[20:29], 20, table), RowPlan(prompt[29:], 29, table)]
-        return np.concatenate([runner.hidden_logits([chunk]) for chunk in chunks])
+        return logits
 
     kernel, reference = logits(MOSAIC_GPU), logits(REFERENCE)
     error = np.linalg.norm(kernel - reference) / np.linalg.norm(reference)

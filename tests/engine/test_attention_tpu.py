@@ -18,7 +18,7 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as tpu_kernel
 
-from attention_cases import make_step
+from attention_cases import chunked_prompt_logits, make_step
 from engine.attention import RAGGED_TPU, REFERENCE, attention_for, resolve
 from engine.attention.ragged_tpu import ragged_tpu_attention, supports
 from engine.attention.reference import paged_attention
@@ -113,27 +113,18 @@ def test_model_on_a_cache_per_layer_matches_the_stacked_model(monkeypatch):
     unrolled layers and the adapter's operands, a prompt in two chunks and then a decode,
     against the same model on the stacked cache. The kernel is the only part left out."""
     import engine.runner
-    from engine.config import EngineConfig, ModelConfig
-    from engine.params import random_params
-    from engine.runner import ModelRunner, RowPlan
+    from engine.config import ModelConfig
 
     real_attention_for = engine.runner.attention_for
     monkeypatch.setattr(engine.runner, "attention_for", lambda name, *args: (
         reference_over_interleaved_pages if name == RAGGED_TPU else real_attention_for(name, *args)))
-
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_layers=2,
                          num_heads=4, num_kv_heads=2, head_dim=128)
-    params = random_params(config, seed=3)
-    prompt = list(np.random.default_rng(0).integers(0, 64, 30))
-    table = list(range(1, 4))
 
     def logits(attention):
-        engine = EngineConfig(max_model_len=48, max_num_seqs=2, max_num_batched_tokens=32, page_size=16,
-                              num_pages=8, attention=attention, optimize_compiled_code=False)
-        runner = ModelRunner(config, engine, params)
+        logits, runner = chunked_prompt_logits(config, attention, optimize_compiled_code=False)
         assert runner.attention == attention
         assert isinstance(runner.kv_cache, LayerKVCache) == (attention == RAGGED_TPU)
-        chunks = [RowPlan(prompt[:20], 0, table), RowPlan(prompt[20:29], 20, table), RowPlan(prompt[29:], 29, table)]
-        return np.concatenate([runner.hidden_logits([chunk]) for chunk in chunks])
+        return logits
 
     np.testing.assert_allclose(logits(RAGGED_TPU), logits(REFERENCE), rtol=1e-5, atol=1e-5)
