@@ -48,13 +48,12 @@ TILE_ROWS = 64  # query rows per program: wgmma's M
 SWIZZLE_BYTES = 128
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
-
-
 LSE_COLUMNS = 8  # copies of a row's log-sum-exp the kernel writes: 32 bytes, a TMA row's minimum is 16
 # Programs a step should have before its keys are not split: two per SM of an H100 or
 # H200 (132 SMs), so that one wave fills the GPU. In GPU interpret mode (tests, on the
 # CPU) far fewer: every program is simulated, and two or three shares test the same code.
-PROGRAMS_TO_FILL = {False: 264, True: 24}
+GPU_PROGRAMS_TO_FILL = 264
+INTERPRET_PROGRAMS_TO_FILL = 24
 MAX_KEY_SPLITS = 16
 MAX_WGMMA_N = 256  # wgmma's largest N: the key block of Q K^T
 SMEM_BYTES = 227 * 1024  # an H100's shared memory per block
@@ -89,7 +88,8 @@ def _fits(head_dim: int, block_keys: int) -> bool:
 
 def key_splits(num_items: int, num_kv: int, interpret: bool) -> int:
     """Programs that share each tile's keys: as many as fill the GPU, 1 when tiles do."""
-    return max(1, min(MAX_KEY_SPLITS, PROGRAMS_TO_FILL[interpret] // (num_items * num_kv)))
+    to_fill = INTERPRET_PROGRAMS_TO_FILL if interpret else GPU_PROGRAMS_TO_FILL
+    return max(1, min(MAX_KEY_SPLITS, to_fill // (num_items * num_kv)))
 
 
 def combine_splits(partial, lse):

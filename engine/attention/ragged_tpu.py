@@ -20,7 +20,6 @@ tests check this adapter against JAX's own reference of the kernel's contract
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as tpu_kernel
 
