@@ -16,11 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.config import LAYER_LOOPS, SCAN, UNROLLED, ModelConfig
+from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.model import layer_weights, linear
 
-FORMS = (SCAN, UNROLLED)
-assert set(FORMS) < set(LAYER_LOOPS)
+FORMS = (SCAN, UNROLLED)  # engine/model.py's layer loops
 
 
 def layer_matmuls(config: ModelConfig, layer_loop: str):

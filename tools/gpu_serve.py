@@ -22,16 +22,19 @@ import argparse
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import httpx  # noqa: E402
+
+from server_process import free_port, start_server  # noqa: E402
 
 MODEL_ID = "gpu-serve-tiny"
 # Three buckets (1, 4 and 8 tokens): few compiles. Four sequences hold the three beams.
@@ -76,37 +79,10 @@ def json_vocab_size(path: Path) -> int:
     return max(ids) + 1
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(model: Path, dtype: str, work: Path) -> tuple[subprocess.Popen, str, Path]:
-    """`flint serve` (through api.cli: wheels installed with --target have no console scripts)."""
-    port, log = free_port(), work / "serve.log"
-    command = [sys.executable, "-m", "api.cli", "serve", "--model", str(model), "--port", str(port), "--dtype", dtype,
-               "--data-dir", str(work / "data"), *SERVE_FLAGS]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    return process, f"http://127.0.0.1:{port}", log
-
-
-def wait_healthy(base_url: str, process: subprocess.Popen, log: Path, timeout: float) -> dict:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"flint serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            health = httpx.get(f"{base_url}/health", timeout=5).json()
-            if health.get("status") == "ok":
-                return health
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"not healthy within {timeout} s:\n{log.read_text()[-3000:]}")
+def serve_command(model: Path, dtype: str, port: int, work: Path) -> list[str]:
+    """`flint serve` through api.cli: wheels installed with --target have no console scripts."""
+    return [sys.executable, "-m", "api.cli", "serve", "--model", str(model), "--port", str(port), "--dtype", dtype,
+            "--data-dir", str(work / "data"), *SERVE_FLAGS]
 
 
 def check_completions(client) -> str:
@@ -177,21 +153,19 @@ def serve_and_check(smoke: bool, tokenizer_dir: Path | None, timeout: float) -> 
 
     on_gpu = not smoke and jax.default_backend() == "gpu"
     dtype = "bfloat16" if on_gpu else "float32"
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
         work = Path(directory)
         model = write_model(work / MODEL_ID, tokenizer_dir)  # the directory names the served model
-        process, base_url, log = start_server(model, dtype, work)
-        try:
-            health = wait_healthy(base_url, process, log, timeout)
-            attention = health.get("attention", {})
-            results = run_checks(base_url)
-            expected = "mosaic_gpu" if on_gpu else "reference"
-            results["attention"] = {"passed": attention.get("in_use") == expected,
-                                    "detail": f"serving with {attention.get('in_use')} (expected {expected}); "
-                                              f"{attention.get('reason') or 'no fallback'}"}
-        finally:
-            process.terminate()
-            process.wait(60)
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        server = start_server("flint", serve_command(model, dtype, port, work), port, work / "serve.log", stack,
+                              timeout, env)
+        attention = httpx.get(f"{server.url}/health", timeout=10).json().get("attention", {})
+        results = run_checks(server.url)
+        expected = "mosaic_gpu" if on_gpu else "reference"
+        results["attention"] = {"passed": attention.get("in_use") == expected,
+                                "detail": f"serving with {attention.get('in_use')} (expected {expected}); "
+                                          f"{attention.get('reason') or 'no fallback'}"}
     return {"device": jax.devices()[0].device_kind, "dtype": dtype, "checks": results,
             "passed": all(result["passed"] for result in results.values())}
 

@@ -30,7 +30,7 @@ import jax
 from jax.sharding import Mesh, PartitionSpec
 
 from engine.attention import mosaic_gpu, ragged_tpu
-from engine.attention.probe import kernel_problem
+from engine.attention.probe import DEFAULT_BUCKETS, kernel_problem
 from engine.attention.ragged_tpu import ragged_tpu_attention
 from engine.attention.reference import paged_attention as reference_attention
 from engine.config import ATTENTIONS
@@ -86,7 +86,7 @@ class AttentionChoice:
 
 
 def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
-           buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> AttentionChoice:
+           buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS) -> AttentionChoice:
     """What `requested` stands for here, after the kernel's start-up check at the engine's
     `buckets` ((tokens, rows) of its smallest and largest)."""
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
@@ -103,7 +103,7 @@ def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: i
 
 
 def start_up_problem(name: str, requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int,
-                     page_size: int, buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> str | None:
+                     page_size: int, buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS) -> str | None:
     """Why the kernel fails its start-up check on this machine (engine/attention/probe.py);
     None when it passes, or when there is nothing to check: the reference, or the kernel
     asked for by name off a GPU, where it runs in GPU interpret mode (for tests) and no

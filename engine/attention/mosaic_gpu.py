@@ -11,9 +11,9 @@ row's few heads still fill wgmma's M = 64 with real rows when several tokens sha
 
 Splitting the keys (flash-decoding): a decode step of few sequences has few tiles, 16
 programs for Llama-3-8B at batch 1 on 132 SMs. When tiles x KV heads would leave the GPU
-idle, each tile's key blocks are shared among `key_splits` programs; each writes its rows'
-output normalised over its own keys, in float32, with their log-sum-exp, and the wrapper
-combines the shares (`combine_splits`). A share with no keys writes zeros and -inf.
+idle, each tile's key blocks are shared among programs (engine/attention/splits.py); each
+writes its rows' output normalised over its own keys, in float32, with their log-sum-exp,
+and the wrapper combines the shares. A share with no keys writes zeros and -inf.
 
 Per program, one warpgroup:
 - the tile's queries come in by TMA; scaled by the wrapper, laid out [kv head, token x
@@ -42,6 +42,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from engine.attention.splits import combine_splits, key_splits
 from engine.attention.work import FIRST_POSITION, FIRST_TOKEN, NUM_TOKENS, ROW, work_items
 
 TILE_ROWS = 64  # query rows per program: wgmma's M
@@ -49,12 +50,6 @@ SWIZZLE_BYTES = 128
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
 LSE_COLUMNS = 8  # copies of a row's log-sum-exp the kernel writes: 32 bytes, a TMA row's minimum is 16
-# Programs a step should have before its keys are not split: two per SM of an H100 or
-# H200 (132 SMs), so that one wave fills the GPU. In GPU interpret mode (tests, on the
-# CPU) far fewer: every program is simulated, and two or three shares test the same code.
-GPU_PROGRAMS_TO_FILL = 264
-INTERPRET_PROGRAMS_TO_FILL = 24
-MAX_KEY_SPLITS = 16
 MAX_WGMMA_N = 256  # wgmma's largest N: the key block of Q K^T
 SMEM_BYTES = 227 * 1024  # an H100's shared memory per block
 REGISTER_BUDGET = 200  # 32-bit registers per thread for the program's arrays, of 255
@@ -84,23 +79,6 @@ def _fits(head_dim: int, block_keys: int) -> bool:
     smem = 2 * (2 * TILE_ROWS * head_dim + 2 * 2 * block_keys * head_dim) + 4 * TILE_ROWS * (head_dim + LSE_COLUMNS)
     registers = (2 * TILE_ROWS * head_dim + TILE_ROWS * block_keys + TILE_ROWS * block_keys // 2) // 128
     return block_keys <= MAX_WGMMA_N and smem <= SMEM_BYTES and registers <= REGISTER_BUDGET
-
-
-def key_splits(num_items: int, num_kv: int, interpret: bool) -> int:
-    """Programs that share each tile's keys: as many as fill the GPU, 1 when tiles do."""
-    to_fill = INTERPRET_PROGRAMS_TO_FILL if interpret else GPU_PROGRAMS_TO_FILL
-    return max(1, min(MAX_KEY_SPLITS, to_fill // (num_items * num_kv)))
-
-
-def combine_splits(partial, lse):
-    """The attention output [kv, rows, d] from each share's [splits, kv, rows, d], each
-    normalised over its own keys, and their log-sum-exps [splits, kv, rows]."""
-    if partial.shape[0] == 1:
-        return partial[0]
-    peak = lse.max(axis=0)
-    weights = jnp.exp(lse - jnp.where(jnp.isfinite(peak), peak, 0.0))  # shares without keys weigh 0
-    total = weights.sum(axis=0)
-    return (weights[..., None] * partial).sum(axis=0) / jnp.where(total > 0, total, 1.0)[..., None]
 
 
 def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, block_tables, scale: float,

@@ -19,6 +19,8 @@ from engine.attention.mosaic_gpu import key_block
 from engine.batch import empty_batch
 
 TOLERANCE = 2e-2  # relative L2 error; bfloat16's rounding of P alone gives about 3e-3
+# (tokens, rows) of the buckets probed when the engine names none: a 1-token one and a mixed one.
+DEFAULT_BUCKETS = ((1, 1), (32, 3))
 
 
 def probe_rows(page_size: int, num_tokens: int) -> tuple[tuple[int, int], ...]:
@@ -59,7 +61,7 @@ def probe_step(num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype
 
 
 def kernel_problem(kernel, reference, num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype,
-                   buckets: tuple[tuple[int, int], ...] = ((1, 1), (32, 3))) -> str | None:
+                   buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS) -> str | None:
     """None when `kernel` runs a probe step of every bucket (tokens, rows) and agrees with
     `reference`; else what went wrong, and at which bucket."""
     for num_tokens, num_rows in buckets:

@@ -78,7 +78,7 @@ def test_prefill_only_chunks_spanning_tiles_and_blocks(splits):
 
 def test_a_decode_of_few_rows_shares_its_keys_and_a_full_step_does_not():
     """Flash-decoding where the GPU would sit idle: the share count fills it."""
-    from engine.attention.mosaic_gpu import key_splits
+    from engine.attention.splits import key_splits
 
     assert key_splits(2, 8, interpret=False) == 16  # Llama-3-8B at batch 1: 16 programs, 256 shared
     assert key_splits(96, 8, interpret=False) == 1  # a 512-token step: 768 programs already
