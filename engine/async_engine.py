@@ -5,7 +5,7 @@ commands (add, abort) to a queue the thread drains before every step; outputs tr
 to each request's asyncio.Queue through the caller's event loop. While nothing is running
 the thread blocks on the command queue rather than spinning.
 
-A request that fails on its own (engine/faults.py: its grammar, its text, its data) ends
+A request that fails on its own (engine/host/faults.py: its grammar, its text, its data) ends
 its stream with RequestFailedError, and the thread serves on. If a step itself raises (the
 device, a collective), the thread stops: every request still streaming gets
 EngineDeadError, later calls to `generate` raise it at once, and the owner hears of it
@@ -21,7 +21,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 from engine.engine import Engine
-from engine.request import Request, RequestOutput
+from engine.host.request import Request, RequestOutput
 
 log = logging.getLogger("flint")
 
@@ -143,7 +143,7 @@ class AsyncEngine:
                 self.engine.add_request(payload)
             except ValueError as error:
                 self._deliver_to(payload.request_id, error)
-            except Exception as error:  # the request's own host work (engine/faults.py)
+            except Exception as error:  # the request's own host work (engine/host/faults.py)
                 log.error("request %s could not be added; the engine serves on", payload.request_id, exc_info=error)
                 self._deliver_to(payload.request_id, request_failed(payload.request_id, error))
         elif kind == "abort":

@@ -9,13 +9,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-
-QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/weights.py)
-AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/weights.py), attention
-ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/attention's implementations
+QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/device/weights.py)
+AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
+ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/device/attention's implementations
 SCAN, UNROLLED = "scan", "unrolled"
-LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/model.py)
-SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/speculation.py)
+LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/llama.py)
+SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
 
 
 @dataclass(frozen=True)
@@ -87,15 +86,15 @@ class EngineConfig:
     num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
     dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved in Engine)
-    quantization: str = "none"  # "int8": int8 layer weights (engine/weights.py); "auto" resolves in Engine
+    quantization: str = "none"  # "int8": int8 layer weights (engine/device/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
-    attention: str = "auto"  # engine/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
-    layer_loop: str = "auto"  # engine/model.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
+    attention: str = "auto"  # engine/device/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
+    layer_loop: str = "auto"  # engine/models/llama.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
     enable_prefix_caching: bool = True
-    max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/attention/reference.py)
-    max_decode_steps: int = 8  # decode steps one device call may run (engine/runner.py); 1: one per call
+    max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/device/attention/reference.py)
+    max_decode_steps: int = 8  # decode steps one device call may run (engine/device/runner.py); 1: one per call
     overlap_steps: bool = True  # dispatch the next decode window before the last one's results are back
-    speculative: str = "none"  # "ngram": draft tokens by prompt lookup (engine/speculation.py)
+    speculative: str = "none"  # "ngram": draft tokens by prompt lookup (engine/host/speculation.py)
     num_speculative_tokens: int = 15  # most draft tokens (n-gram or predicted) checked per sequence and step
     # Input embeddings a step may replace (Friendli's embedding_to_replace): a fixed number of
     # rows keeps the batch's shape static; the scheduler splits prompt chunks to fit them.

@@ -1,7 +1,7 @@
 """Engine: add_request / step / abort over the scheduler, the model runner and the output stage.
 
 Each step: the scheduler picks chunks, the runner computes them and samples, and the output
-stage (engine/output.py) appends the sampled tokens, checks stop conditions, finishes the
+stage (engine/host/output.py) appends the sampled tokens, checks stop conditions, finishes the
 sequences that stopped and returns RequestOutputs. AsyncEngine (engine/async_engine.py)
 drives it from a background thread for the HTTP server.
 """
@@ -13,28 +13,28 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import beam_step
-from engine.beam_search import BeamSearch
-from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
-from engine.faults import ERROR, failed_output
-from engine.grammar import GrammarCompiler, accepts_prefix
-from engine.grammar_masks import GrammarMasks
+from engine.device.runner import InFlight, ModelRunner, RowPlan
+from engine.device.sharding import make_mesh, param_shardings
+from engine.device.weights import resolve_dtype, resolve_quantization
+from engine.host import beam_step
+from engine.host.beam_search import BeamSearch
+from engine.host.block_manager import BlockManager
+from engine.host.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
+from engine.host.faults import ERROR, failed_output
+from engine.host.grammar_masks import GrammarMasks
+from engine.host.output import OutputStage, speculation_counts
+from engine.host.request import SEED_MODULUS, Request, RequestOutput
+from engine.host.scheduler import Scheduler, SchedulerOutput
+from engine.host.sequence import Sequence
+from engine.host.speculation import SpeculationConfig, follows_prediction
+from engine.host.validation import check_request
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.output import OutputStage, speculation_counts
-from engine.reasoning import answer_tokens
-from engine.request import SEED_MODULUS, Request, RequestOutput
 from engine.rows import row_plan
-from engine.runner import InFlight, ModelRunner, RowPlan
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
-from engine.sharding import make_mesh, param_shardings
-from engine.speculation import SpeculationConfig, follows_prediction
-from engine.tokenizer import Tokenizer
-from engine.validation import check_request
+from engine.text.grammar import GrammarCompiler, accepts_prefix
+from engine.text.reasoning import answer_tokens
+from engine.text.tokenizer import Tokenizer
 from engine.verification import Verification, draft_rows, plan_drafts, record, rounds
-from engine.weights import resolve_dtype, resolve_quantization
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Engine:
         self._beam_searches: dict[str, BeamSearch] = {}  # unfinished beam searches by request id
         self._seeds = random.Random(config.seed)
         self._in_flight: Flight | None = None  # a window dispatched behind the last one (step)
-        self._failures: list[RequestOutput] = []  # requests failed on their own this step (engine/faults.py)
+        self._failures: list[RequestOutput] = []  # requests failed on their own this step (engine/host/faults.py)
         self.speculation = SpeculationConfig(ngram=config.speculative == "ngram",
                                              num_tokens=config.num_speculative_tokens)
 
@@ -148,7 +148,7 @@ class Engine:
         return self.output.aborted(seq) if seq is not None else None
 
     def _fail(self, seq: Sequence, error: BaseException) -> None:
-        """End `seq`'s request, which failed on its own (engine/faults.py); its output goes
+        """End `seq`'s request, which failed on its own (engine/host/faults.py); its output goes
         out with this step's."""
         if self._finish_request(seq.request_id, ERROR) is not None:
             self._failures.append(failed_output(seq, error))
@@ -179,7 +179,7 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         """Run one batch (a window of decode steps when every row decodes, see
-        engine/decode_window.py); returns an output for every request that gained tokens or
+        engine/host/decode_window.py); returns an output for every request that gained tokens or
         finished.
 
         With `overlap_steps`, a window of decodes is followed at once by the next one,
@@ -260,7 +260,7 @@ class Engine:
                 if output.request_id in verified else output for output in outputs]
 
     def _advance_beams(self, scheduled: SchedulerOutput, step) -> list[RequestOutput]:
-        """Beam rows' candidates to their searches (engine/beam_step.py): the page copies of
+        """Beam rows' candidates to their searches (engine/host/beam_step.py): the page copies of
         the next beams go to the device now, ahead of the next step, and every search that
         ended answers with its one output."""
         copies, ended = beam_step.land(scheduled, step.beams, self.scheduler, self._fail)

@@ -2,7 +2,7 @@
 
 The row's inputs are the request's own host work (its grammar's mask, its thinking
 section's forced and banned tokens, its replaced embeddings). Where that work raises, the
-request fails alone (engine/faults.py) and its row samples a neutral one in the step
+request fails alone (engine/host/faults.py) and its row samples a neutral one in the step
 already scheduled: the scheduler drops the token of a finished sequence.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from engine.embeddings import replaced_between
-from engine.faults import neutral_sampling
-from engine.grammar_masks import GrammarMasks
-from engine.reasoning import answer_words, banned_tokens, forced_token
+from engine.device.step_io import RowPlan
+from engine.host.embeddings import replaced_between
+from engine.host.grammar_masks import GrammarMasks
+from engine.host.request import SamplingParams
+from engine.host.scheduler import ScheduledSequence
+from engine.host.sequence import Sequence
 from engine.sampling import RowSampling
-from engine.scheduler import ScheduledSequence
-from engine.sequence import Sequence
-from engine.step_io import RowPlan
+from engine.text.reasoning import answer_words, banned_tokens, forced_token
 
 
 def row_plan(item: ScheduledSequence, masks: GrammarMasks,
@@ -53,3 +53,10 @@ def next_prompt_ids(seq: Sequence, start: int, count: int) -> list[int] | None:
         return None
     follows = seq.token_ids[start + 1: min(start + count + 1, seq.num_prompt_tokens)]
     return follows + [-1] * (count - len(follows))
+
+
+def neutral_sampling(seq: Sequence) -> RowSampling:
+    """A greedy row that asks nothing of `seq`'s own settings: what a row whose planning
+    failed samples in the step already scheduled (its token is dropped: `seq` is finished)."""
+    return RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=list(seq.token_ids),
+                       num_prompt_tokens=seq.num_prompt_tokens, end_token_ids=frozenset())

@@ -1,11 +1,11 @@
 """Verifying drafts: k guessed tokens checked in one step, as k more ordinary decode rows.
 
 A sequence computing its last token t at position p (a decode, or its prompt's last chunk),
-with draft d1..dk (engine/speculation.py),
+with draft d1..dk (engine/host/speculation.py),
 gets k more one-token rows in the same step: row i computes d_i at position p + i over the
 sequence's own block table, and samples the token after it as if d1..d_i were already
 output (its penalty history, length floors and bans include them). Every row writes its
-KV before any attends (engine/model.py), so row i reads t, d1..d_{i-1} from the cache like
+KV before any attends (engine/models/llama.py), so row i reads t, d1..d_{i-1} from the cache like
 any decode. The step's shapes are those of any batch of decodes: no new executable.
 
 The rows sample s0..sk, s_i the token after d_i. The output keeps s0, then s_i for as long
@@ -16,7 +16,7 @@ tokens this is rejection sampling: d_i is kept with probability p(d_i), and othe
 token comes from p without d_i, which leaves the output distribution unchanged.
 
 The kept tokens then pass through the output stage one round at a time, exactly like the
-rounds of a decode window (engine/decode_window.py): stops, limits and detokenization apply
+rounds of a decode window (engine/host/decode_window.py): stops, limits and detokenization apply
 per token, and KV written for tokens that were not kept is overwritten later.
 """
 
@@ -28,14 +28,14 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.reasoning import steps_with_fixed_mask
-from engine.runner import RowPlan, StepOutput
+from engine.device.runner import RowPlan, StepOutput
+from engine.host.block_manager import BlockManager
+from engine.host.scheduler import ScheduledSequence, SchedulerOutput
+from engine.host.sequence import Sequence
+from engine.host.speculation import SpeculationConfig, propose
 from engine.sampling import RowSampling
-from engine.scheduler import ScheduledSequence, SchedulerOutput
-from engine.sequence import Sequence
-from engine.speculation import SpeculationConfig, propose
+from engine.text.reasoning import steps_with_fixed_mask
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def can_speculate(seq: Sequence) -> bool:
 
 def within_fixed_mask(seq: Sequence, limit: int) -> int:
     """`limit`, lowered so that every draft row samples under the row's own mask (a thinking
-    budget forces its tokens one by one: engine/reasoning.py)."""
+    budget forces its tokens one by one: engine/text/reasoning.py)."""
     room = steps_with_fixed_mask(seq)
     return limit if room is None else min(limit, room - 1)
 

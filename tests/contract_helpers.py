@@ -1,4 +1,4 @@
-"""Checking values against the contract the server serves at /openapi.json (api/openapi.py)."""
+"""Checking values against the contract the server serves at /openapi.json (api/openapi/contract.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import tokenizers
 from engine.config import ModelConfig
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.source import ModelSource
-from engine.params import random_params
-from engine.tokenizer import Tokenizer
+from engine.models.params import random_params
+from engine.text.tokenizer import Tokenizer
 
 # Qwen3's added tokens, in order, with whether each is "special".
 QWEN3_ADDED_TOKENS = (
@@ -143,7 +143,7 @@ def byte_level_alphabet() -> dict[int, str]:
 
 
 # llguidance counts every added token as special, Qwen3's `<tool_call>` too, and a grammar
-# that wants the text "<tool_call>" then forces that token and refuses it (engine/grammar.py's
+# that wants the text "<tool_call>" then forces that token and refuses it (engine/text/grammar.py's
 # matchers abort): with this vocabulary no tool call can be constrained. A tokenizer for tool
 # tests may keep the ids and leave those two names out, so the tags are written as text.
 TOOL_TAGS = ("<tool_call>", "</tool_call>")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.config import ModelConfig
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.source import ModelSource
-from engine.params import random_params
+from engine.models.params import random_params
 
 
 def tiny_checkpoint(vocab_size: int, seed: int = 0) -> Checkpoint:

@@ -10,8 +10,8 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.source import resolve_model
-from engine.request import Request, SamplingParams, StopCriteria
 
 
 def bench_config(args: argparse.Namespace) -> EngineConfig:

@@ -8,8 +8,8 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bench import best_seconds
+
 from engine.sampling import empty_sampling_arrays, sample
 from engine.sampling.masks import pack_banned
 
@@ -44,9 +44,9 @@ def decode_step_seconds(rows: int, context: int, repeats: int) -> float:
     context (through the scheduler, early sequences decode or finish while later ones
     prefill); the cache's contents don't change the step's cost."""
     from engine.config import EngineConfig
+    from engine.device.runner import RowPlan
     from engine.engine import Engine
-    from engine.request import SamplingParams
-    from engine.runner import RowPlan
+    from engine.host.request import SamplingParams
     from engine.sampling import RowSampling
 
     pages_per_seq = -(-(context + 16) // 16)

@@ -47,7 +47,7 @@ def convert(src: str | Path, out: str | Path, overwrite: bool = False):
 def write_gguf_tokenizer(fields, out: Path) -> None:
     """Write the tokenizer that GGUF metadata `fields` describe as Hugging Face files in `out`,
     which engine.tokenizer.Tokenizer.from_hf_directory reads back to the same tokenizer."""
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(fields)
     eos = tokenizer.eos_token_ids

@@ -2,7 +2,7 @@
 
 A decode step of `rows` sequences at `context` cached tokens reads each sequence's keys and
 values once: rows x context x kv_heads x head_dim x 2 (keys, values) x the cache's bytes per
-value, per layer. This times one layer's call of the Mosaic GPU kernel (engine/attention/
+value, per layer. This times one layer's call of the Mosaic GPU kernel (engine/device/attention/
 mosaic_gpu.py) on such a step over a random cache, and reports milliseconds and the bytes
 per second it achieved, to read against the copy bandwidth of the same run. On the CPU
 (gpu_bench --smoke) the kernel runs in GPU interpret mode on tiny shapes: it checks the
@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.attention import interpret_params
-from engine.attention.mosaic_gpu import ragged_paged_attention
+from engine.device.attention import interpret_params
+from engine.device.attention.mosaic_gpu import ragged_paged_attention
 
 
 def decode_case(rows: int, context: int, num_heads: int, num_kv: int, head_dim: int, page_size: int, dtype):

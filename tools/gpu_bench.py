@@ -38,19 +38,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
 import gpu_attention  # noqa: E402
 import gpu_layer_loop  # noqa: E402
 import gpu_report  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 from bench import timed_calls  # noqa: E402
 from bench_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.params import param_specs, random_device_params  # noqa: E402
-from engine.sharding import make_mesh, param_shardings  # noqa: E402
 from gpu_models import SHAPES, kv_bytes_per_token, random_engine, served_bytes  # noqa: E402
 from gpu_trace import decode_step, profile_decode  # noqa: E402
+
+from engine.device.sharding import make_mesh, param_shardings  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.models.params import param_specs, random_device_params  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The layers' matmuls alone, read through each form of the layer loop (for tools/gpu_bench.py).
 
-engine/model.py loops over the layers either as a `lax.scan` over the stacked weights or
+engine/models/llama.py loops over the layers either as a `lax.scan` over the stacked weights or
 unrolled with a static slice per layer, and takes the form that measured best on the
 backend (`layer_loop_for`). On an H100 XLA copied every layer's weights out of the stack
 before a scan's matmuls (issue 24). This times both forms over the engine's own weights,
@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.config import SCAN, UNROLLED, ModelConfig
-from engine.model import layer_weights, linear
+from engine.models.llama import layer_weights, linear
 
-FORMS = (SCAN, UNROLLED)  # engine/model.py's layer loops
+FORMS = (SCAN, UNROLLED)  # engine/models/llama.py's layer loops
 
 
 def layer_matmuls(config: ModelConfig, layer_loop: str):

@@ -13,11 +13,11 @@ import numpy as np
 from jax.sharding import Mesh
 
 from engine.config import EngineConfig, ModelConfig
+from engine.device.sharding import TENSOR_AXIS
 from engine.engine import Engine
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.source import ModelSource
-from engine.sharding import TENSOR_AXIS
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 # Llama 3 8B: hidden 4096, MLP 14336, 32 layers, 32 query and 8 KV heads of 128, 128256 ids.
 LLAMA3_8B = ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from gpu_models import TINY, platform_mesh, random_engine  # noqa: E402
 
 from engine.config import EngineConfig  # noqa: E402
-from engine.params import random_params  # noqa: E402
-from engine.request import Request, SamplingParams, StopCriteria  # noqa: E402
-from engine.runner import ModelRunner, RowPlan  # noqa: E402
-from gpu_models import TINY, platform_mesh, random_engine  # noqa: E402
+from engine.device.runner import ModelRunner, RowPlan  # noqa: E402
+from engine.host.request import Request, SamplingParams, StopCriteria  # noqa: E402
+from engine.models.params import random_params  # noqa: E402
 
 # bfloat16 keeps 8 significant bits (a relative rounding of 2^-9, about 2e-3) and rounds
 # weights, activations and the KV cache at every matmul of two layers and the head; the

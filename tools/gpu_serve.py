@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import httpx  # noqa: E402
-
 from server_process import free_port, start_server  # noqa: E402
 
 MODEL_ID = "gpu-serve-tiny"
@@ -50,7 +49,7 @@ def write_model(directory: Path, tokenizer_dir: Path | None) -> Path:
     """A 2-layer random Llama with SmolLM2's tokenizer, as an Orbax checkpoint `flint serve` loads."""
     from engine.config import ModelConfig
     from engine.loader.orbax import save_orbax
-    from engine.params import random_params
+    from engine.models.params import random_params
 
     if tokenizer_dir is None:
         tokenizer_dir = directory.with_name("tokenizer")
@@ -80,8 +79,8 @@ def json_vocab_size(path: Path) -> int:
 
 
 def serve_command(model: Path, dtype: str, port: int, work: Path) -> list[str]:
-    """`flint serve` through api.cli: wheels installed with --target have no console scripts."""
-    return [sys.executable, "-m", "api.cli", "serve", "--model", str(model), "--port", str(port), "--dtype", dtype,
+    """`flint serve` through api.server.cli: wheels installed with --target have no console scripts."""
+    return [sys.executable, "-m", "api.server.cli", "serve", "--model", str(model), "--port", str(port), "--dtype", dtype,
             "--data-dir", str(work / "data"), *SERVE_FLAGS]
 
 

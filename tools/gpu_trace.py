@@ -4,7 +4,7 @@ matmuls, sampling, copies, other and idle (for tools/gpu_bench.py).
 The trace (`create_perfetto_trace=True`: a Perfetto JSON file, read with the standard
 library) names each device op by its HLO instruction (`hlo_op`) or, for GPU kernels that
 lack it, by the kernel's name. The compiled step's HLO text maps instructions to the JAX
-scopes they came from: engine/model.py names `attention` and engine/runner.py `sampling`.
+scopes they came from: engine/models/llama.py names `attention` and engine/device/runner.py `sampling`.
 A `dot` (or a cuBLAS gemm call, or a fusion holding either) outside those is a matmul;
 a device-to-device copy (the runtime's MemcpyD2D, XLA's copy kernels and `copy` ops) is a
 copy, the category that caught every layer's weights being copied before its matmuls (issue
@@ -192,9 +192,9 @@ def decode_step(runner, rows: int, context: int, num_steps: int = 1):
     holds pages."""
     import jax
     import numpy as np
-
-    from engine.sharding import replicated
     from profile_step import decode_rows
+
+    from engine.device.sharding import replicated
 
     compiled = runner._compile(runner.config.token_bucket(rows))  # before pack, which takes compiled buckets
     batch = runner.pack(decode_rows(rows, context, runner.config.page_size))

@@ -6,7 +6,7 @@
 
 Read from the source (ast), never imported, so it works on any checkout. An edge A -> B means
 module A imports module B (both inside the package); `depth` counts the modules on the
-longest chain of imports with no cycle. tests/api/test_layout.py uses it to keep the API
+longest chain of imports with no cycle. tests/api/test_api_layout.py uses it to keep the API
 dialect packages from importing one another.
 """
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def decode_rows(rows: int, context: int, page_size: int) -> list:
     """`rows` greedy decode rows, each one token at position `context` over its own pages."""
-    from engine.runner import RowPlan
+    from engine.device.runner import RowPlan
     from engine.sampling.inputs import RowSampling
     from engine.sampling.params import SamplingParams
 
@@ -68,10 +68,10 @@ def compiled_step(args: argparse.Namespace):
     import numpy as np
 
     from engine.config import EngineConfig
+    from engine.device.runner import ModelRunner
+    from engine.device.sharding import replicated
+    from engine.device.weights import resolve_quantization
     from engine.loader.checkpoint import load_checkpoint
-    from engine.runner import ModelRunner
-    from engine.sharding import replicated
-    from engine.weights import resolve_quantization
 
     checkpoint = load_checkpoint(args.model)
     pages = args.rows * (args.context // 16 + 1) + 1

@@ -28,15 +28,22 @@ from api.core.prediction import prediction_token_ids
 from api.core.prompt import chat_prompt_ids
 from api.core.reasoning import fireworks_ask
 from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
-from api.core.sampling import (EngineValues, check_range, choice_seed_list, engine_values, logit_bias,
-                               logprobs_count, resolve_max_tokens)
+from api.core.sampling import (
+    EngineValues,
+    check_range,
+    choice_seed_list,
+    engine_values,
+    logit_bias,
+    logprobs_count,
+    resolve_max_tokens,
+)
 from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
 from api.core.tool_grammar import calls_or_format
 from api.core.tool_prompt import answer_format
-from engine.grammar import Grammar
-from engine.request import SamplingParams
+from engine.host.request import SamplingParams
+from engine.text.grammar import Grammar
 
 log = logging.getLogger("flint")
 

@@ -25,7 +25,7 @@ from api.core.errors import generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
 from api.core.usage import Usage
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from generated.openai_chat_completions import (
     ChatCompletion,
     ChatCompletionChoice,

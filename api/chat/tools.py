@@ -17,7 +17,7 @@ from typing import Any
 
 from api.core.errors import invalid
 from api.core.tools import Tool, ToolChoice, callable_tools, check_tools
-from engine.grammar import Grammar
+from engine.text.grammar import Grammar
 
 SYNTAXES = {"lark": "lark", "regex": "regex"}
 

@@ -1,7 +1,7 @@
 """Friendli's beam search on /v1/completions (seed 004): `num_beams`, `length_penalty`,
 `early_stopping` and `beam_search_type`.
 
-`num_beams` from 2 to 31 runs one beam search per prompt (engine/beam_search.py), and its
+`num_beams` from 2 to 31 runs one beam search per prompt (engine/host/beam_search.py), and its
 hypotheses, best first, are that prompt's choices: prompt p's are choices
 p x num_beams + i. `num_beams` 1 is no beam search (a plain decode), as in Hugging Face.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from api.core.errors import invalid
 from api.core.sampling import check_range
-from engine.request import MAX_BEAMS, MAX_LENGTH_PENALTY, BeamSearchParams
+from engine.host.request import MAX_BEAMS, MAX_LENGTH_PENALTY, BeamSearchParams
 
 # Sampling controls a DETERMINISTIC search refuses, with the values that ask for nothing.
 DRAW_CONTROLS = {"top_k": (0, -1), "top_p": (1,), "min_p": (0,), "typical_p": (1,), "temperature": (0, 1)}

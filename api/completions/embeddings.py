@@ -1,5 +1,5 @@
 """Friendli's `token_index_to_replace` and `embedding_to_replace`: input embeddings that take
-the place of the prompt tokens' own (engine/embeddings.py does the rest).
+the place of the prompt tokens' own (engine/host/embeddings.py does the rest).
 
 `embedding_to_replace` is flattened: one vector of the model's hidden size per index, in
 the order of the indices. Every way a request can get this wrong is a 400 naming the field:
@@ -15,7 +15,7 @@ from typing import Any
 
 from api.core.errors import invalid
 from api.core.state import ServerState
-from engine.request import EmbeddingReplacement
+from engine.host.request import EmbeddingReplacement
 
 INDICES = "token_index_to_replace"
 VALUES = "embedding_to_replace"

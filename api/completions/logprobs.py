@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.request import PromptTokenLogprob, TokenLogprob
-from engine.tokenizer import Tokenizer
+from engine.host.request import PromptTokenLogprob, TokenLogprob
+from engine.text.tokenizer import Tokenizer
 from generated.fireworks_completions import LogProbs, NewLogProbs, NewLogProbsContent, NewLogProbsContentTopLogProbs
 
 

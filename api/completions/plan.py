@@ -46,12 +46,21 @@ from api.core.generation import ChoiceRequest
 from api.core.prediction import prediction_token_ids
 from api.core.prompt import check_prompt_fits, text_prompt_ids
 from api.core.reasoning_prompt import ReasoningPlan
-from api.core.sampling import (EngineValues, check_count, check_range, check_token_ids, choice_seed_list, engine_values,
-                               logit_bias, logprobs_count, resolve_max_tokens)
+from api.core.sampling import (
+    EngineValues,
+    check_count,
+    check_range,
+    check_token_ids,
+    choice_seed_list,
+    engine_values,
+    logit_bias,
+    logprobs_count,
+    resolve_max_tokens,
+)
 from api.core.state import ServerState
 from api.core.structured import check_grammar, format_grammar
-from engine.grammar import Grammar
-from engine.request import BeamSearchParams, SamplingParams, StopCriteria
+from engine.host.request import BeamSearchParams, SamplingParams, StopCriteria
+from engine.text.grammar import Grammar
 
 log = logging.getLogger("flint")
 

@@ -7,7 +7,7 @@ A completion's prompt is text the client wrote, not messages through a chat temp
   400 naming the field otherwise, unless it asks for none) and the output's thinking is
   split off: a prompt ending in the start tag begins inside it, thinking asked for opens it
   (the tag is forced), none asked for closes or bans it, and a budget forces its end
-  (engine/reasoning.py). The choice then carries `reasoning_content` (null when there was no
+  (engine/text/reasoning.py). The choice then carries `reasoning_content` (null when there was no
   thinking), a stream chunk's choice the piece of it that chunk adds, and the usage
   `completion_tokens_details.reasoning_tokens`: Flint's extension of seed 000's shapes,
   which have no place for them (chat's field names);

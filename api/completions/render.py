@@ -29,7 +29,7 @@ from api.completions.logprobs import LogprobsWriter, generated_entries, merge_lo
 from api.completions.plan import CompletionPlan
 from api.completions.reasoning import add_to_choice, add_to_usage, splits
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from generated import fireworks_completions as fireworks
 from generated.fireworks_streaming import PerfMetrics
 

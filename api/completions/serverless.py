@@ -33,7 +33,7 @@ from api.completions.render import CompletionContext
 from api.core.errors import invalid
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from api.core.state import ServerState
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
 from generated import friendli_serverless_completions as serverless
 
 

@@ -25,12 +25,22 @@ from dataclasses import dataclass, field
 
 from api.core.admission import release
 from api.core.errors import ApiError, engine_failed, generation_cut_off
-from api.core.usage import ChoiceTiming, Timing, Usage
 from api.core.state import ServerState
+from api.core.usage import ChoiceTiming, Timing, Usage
 from engine.async_engine import EngineDeadError, RequestFailedError
-from engine.reasoning import Reasoning
-from engine.request import (BeamSearchParams, EmbeddingReplacement, Grammar, PromptTokenLogprob, Request,
-                            RequestOutput, SamplingParams, SpeculationCounts, StopCriteria, TokenLogprob)
+from engine.host.request import (
+    BeamSearchParams,
+    EmbeddingReplacement,
+    Grammar,
+    PromptTokenLogprob,
+    Request,
+    RequestOutput,
+    SamplingParams,
+    SpeculationCounts,
+    StopCriteria,
+    TokenLogprob,
+)
+from engine.text.reasoning import Reasoning
 
 log = logging.getLogger("flint")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from engine.request import TokenLogprob
-from engine.tokenizer import Tokenizer
+from engine.host.request import TokenLogprob
+from engine.text.tokenizer import Tokenizer
 from generated.openai_chat_completions import (
     ChatCompletionChoiceLogprobs,
     ChatCompletionTokenLogprob,

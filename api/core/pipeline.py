@@ -23,9 +23,9 @@ from api.core.errors import ApiError, ClientDisconnected
 from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
 from api.core.registry import Registry
 from api.core.sse import prefetched, sse_response
-from api.core.validation import read_json_body
 from api.core.state import ServerState
-from api.request_id import engine_request_id
+from api.core.validation import read_json_body
+from api.server.request_id import engine_request_id
 
 
 class Plan(Protocol):

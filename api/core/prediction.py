@@ -1,7 +1,7 @@
 """Predicted outputs: OpenAI's and Fireworks' `prediction`, and Fireworks' `speculation`.
 
 Either names text the answer is expected to repeat (a file regenerated with a few edits).
-It becomes token ids that the engine checks as drafts (engine/speculation.py): the answer
+It becomes token ids that the engine checks as drafts (engine/host/speculation.py): the answer
 is the one the request would get without it, only sooner where it agrees.
 
 A prediction may be as large as the body limit, and encoding megabytes takes seconds, so

@@ -17,7 +17,7 @@ Messages are plain dicts in the OpenAI chat shape. How each reaches the template
 - content is text: a list of text parts becomes their texts joined by newlines (as vLLM
   does), a refusal becomes the assistant's text.
 Special-token strings inside message content are encoded as plain text, so a message can
-never forge a role marker (engine/tokenizer.py); `--allow-special-tokens-in-content`
+never forge a role marker (engine/text/tokenizer.py); `--allow-special-tokens-in-content`
 restores parsing them.
 """
 
@@ -35,7 +35,7 @@ from api.core.reasoning_prompt import ReasoningPlan
 from api.core.state import ServerState
 from api.core.tool_prompt import tool_conversation
 from api.core.tools import Tool
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 # Roles a template may not know, and the older role that means the same to a model.
 FALLBACK_ROLES = {"developer": "system", "function": "tool"}
@@ -112,7 +112,7 @@ def encode_chat(server: ServerState, messages: list[dict[str, Any]], prefill: st
 
 def render(tokenizer: Tokenizer, messages: list[dict[str, Any]], param: str, add_generation_prompt: bool = True,
            **variables: Any):
-    """The ChatPrompt of `messages` (engine/tokenizer.py); a template refusal is a 400."""
+    """The ChatPrompt of `messages` (engine/text/tokenizer.py); a template refusal is a 400."""
     try:
         return tokenizer.render_chat_prompt(messages, add_generation_prompt=add_generation_prompt, **variables)
     except jinja2.TemplateError as error:  # the template's raise_exception, or no template

@@ -15,7 +15,7 @@
 | nothing | the chat template's default (Qwen3 and DeepSeek-R1 think) |
 
 A budget counts the tokens between the tags; when it is spent the engine forces the phrase
-and the end tag (engine/reasoning.py). `reasoning_history` decides which earlier assistant
+and the end tag (engine/text/reasoning.py). `reasoning_history` decides which earlier assistant
 turns' reasoning reaches the chat template (api/core/reasoning_prompt.py). Asking for
 thinking from a model that does not reason is a 400 naming the field; asking for none
 passes everywhere.

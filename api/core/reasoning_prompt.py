@@ -8,7 +8,7 @@
   (Qwen3's keeps only the reasoning after the last user message). A mode given explicitly
   must be honoured: reasoning it keeps that the template leaves out of the prompt is a 400
   naming the field (Qwen3's template cannot preserve reasoning before the last user turn).
-- The engine request (engine/reasoning.py): the model's tags, whether the prompt opened the
+- The engine request (engine/text/reasoning.py): the model's tags, whether the prompt opened the
   section (DeepSeek-R1's generation prompt does), the budget (0 for no thinking: a section
   the prompt opened is closed at once, and the start tag is banned), the bridge phrase's
   tokens, and whether the output must open the section itself (thinking asked explicitly).
@@ -24,8 +24,8 @@ from typing import Any
 
 from api.core.errors import invalid
 from api.core.reasoning import NOTHING_ASKED, ReasoningAsk, not_reasoning
-from engine.reasoning import DEFAULT_BUDGET_END, Reasoning, ThinkingTags, opens_section
-from engine.tokenizer import Tokenizer
+from engine.text.reasoning import DEFAULT_BUDGET_END, Reasoning, ThinkingTags, opens_section
+from engine.text.tokenizer import Tokenizer
 
 SWITCH = "enable_thinking"  # the template variable Qwen3's template reads
 

@@ -18,7 +18,7 @@ from typing import Any
 from api.core.errors import invalid
 from api.core.refusals import plain
 from api.core.registry import Registry, Sampled
-from engine.request import SEED_MODULUS, SamplingParams, StopCriteria, choice_seeds
+from engine.host.request import SEED_MODULUS, SamplingParams, StopCriteria, choice_seeds
 from engine.sampling.params import MAX_LOGIT_BIAS, MAX_LOGPROBS, Bounds, bounds_of
 
 SEED_LIMIT = 2**32  # seeds are uint32 on the device

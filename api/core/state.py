@@ -7,13 +7,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from api.core.errors import generation_cut_off, model_not_found
-from api.metrics import Metrics
-from api.settings import Settings
 from api.core.store import Store, store_url
+from api.server.metrics import Metrics
+from api.server.settings import Settings
 from engine.async_engine import AsyncEngine
 from engine.engine import EngineStats
 from engine.loader.source import ModelSource
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from api.core.generation import Generation
@@ -38,7 +38,7 @@ class ServerState:
     # Labelled with the served model's id (the vLLM-named families' model_name).
     metrics: Metrics = field(init=False)
     # Stored chat completions and responses, where the settings say; opened at startup
-    # (api/lifecycle.py), before the engine loads.
+    # (api/server/lifecycle.py), before the engine loads.
     store: Store = field(init=False)
     # Engine requests admitted by the API and not yet ended (api/core/admission.py).
     num_admitted_choices: int = 0

@@ -34,7 +34,7 @@ from typing import Any
 from api.core.errors import ApiError, invalid
 from api.core.state import ServerState
 from api.core.tools import Tool
-from engine.grammar import Grammar, GrammarError
+from engine.text.grammar import Grammar, GrammarError
 
 ANY_JSON_OBJECT = Grammar("json_schema", '{"type": "object"}')
 # The keys each format type reads besides `type`. Fireworks' format takes `schema`, `grammar`

@@ -7,7 +7,7 @@
 Under `auto` the model writes free text, and the lazy `lead` ends at the first trigger: from
 there the answer is calls only. Each call's name is one of the callable tools, and its
 arguments follow that tool's JSON schema (embedded with `%json`, in the compact layout of
-engine/grammar.py; leniently when the tool is not strict, so they are still JSON). A custom
+engine/text/grammar.py; leniently when the tool is not strict, so they are still JSON). A custom
 tool's input follows its Lark grammar (a side grammar), its regex, or is any text up to the
 call's end.
 """
@@ -22,7 +22,7 @@ from api.core.errors import invalid
 from api.core.structured import enforced_schema
 from api.core.tool_format import ToolFormat
 from api.core.tools import Tool, ToolChoice
-from engine.grammar import JSON_LAYOUT, Grammar
+from engine.text.grammar import JSON_LAYOUT, Grammar
 
 ANY_TEXT = r"/(.|\n)*/"
 
@@ -108,7 +108,7 @@ def arguments_schema(tool: Tool) -> dict:
 
 
 def with_layout(schema: dict) -> dict:
-    """A copy of `schema` that asks for engine/grammar.py's compact JSON layout."""
+    """A copy of `schema` that asks for engine/text/grammar.py's compact JSON layout."""
     return {**schema, "x-guidance": {**schema.get("x-guidance", {}), **JSON_LAYOUT}}
 
 

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from api.core.errors import invalid
-from engine.grammar import Grammar
+from engine.text.grammar import Grammar
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's and Anthropic's rule
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}

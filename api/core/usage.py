@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.request import RequestOutput, SpeculationCounts
+from engine.host.request import RequestOutput, SpeculationCounts
 
 
 class CountedEvent(Protocol):

@@ -48,10 +48,15 @@ from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
 from api.messages.thinking import checked_thinking, signing_key
 from api.messages.tools import SCHEMA_PATH, MessagesTools, messages_tools
-from engine.grammar import Grammar
-from engine.reasoning import Reasoning
-from generated.flint import (CountMessageTokensRequest, TextBlockParam, ThinkingBlockParam, ToolResultBlockParam,
-                             ToolUseBlockParam)
+from engine.text.grammar import Grammar
+from engine.text.reasoning import Reasoning
+from generated.flint import (
+    CountMessageTokensRequest,
+    TextBlockParam,
+    ThinkingBlockParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+)
 
 # The bodies whose conversation makes a prompt: a message's, and a token count's.
 PromptBody = MessagesBody | CountMessageTokensRequest

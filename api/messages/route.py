@@ -12,7 +12,7 @@ from api.messages.errors import ANTHROPIC_ERRORS
 
 MESSAGES = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_messages,
                    whole=render.whole, stream=render.stream, error_event=render.error_event, named_events=True)
-# The path prefix whose every error, routed or not, takes Anthropic's shape (api/app.py).
+# The path prefix whose every error, routed or not, takes Anthropic's shape (api/server/app.py).
 PATH = "/messages"
 
 

@@ -23,6 +23,8 @@ from api.core.prompt import chat_prompt_ids
 from api.core.reasoning import effort_ask
 from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import check_count, choice_seed_list, engine_values
+from api.core.state import ServerState
+from api.core.store import StoredResponse
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
 from api.core.tool_grammar import calls_or_format
@@ -32,10 +34,8 @@ from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
 from api.responses.input import Item, chat_messages, request_items
 from api.responses.store import conversation_of, previous_response
 from api.responses.tools import SCHEMA_PATH, ResponseTools, response_tools
-from api.core.state import ServerState
-from api.core.store import StoredResponse
-from engine.grammar import Grammar
 from engine.sampling.params import MAX_LOGPROBS
+from engine.text.grammar import Grammar
 from generated.flint import CreateResponseRequest
 
 log = logging.getLogger("flint")

@@ -39,15 +39,15 @@ from litestar import Response
 from api.core.errors import ApiError, generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
 from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
+from api.core.state import ServerState
 from api.core.usage import Usage
 from api.responses.input import new_id
 from api.responses.plan import ResponsePlan
 from api.responses.reasoning import ReasoningEvents, answer_logprobs, reasoning_item
 from api.responses.store import save_response
 from api.responses.tool_calls import CallEvents, answer_items
-from api.core.state import ServerState
-from engine.request import TokenLogprob
-from engine.tokenizer import Tokenizer
+from engine.host.request import TokenLogprob
+from engine.text.tokenizer import Tokenizer
 from generated.flint import Response as ResponseObject
 
 log = logging.getLogger("flint")

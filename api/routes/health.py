@@ -1,12 +1,12 @@
 """GET /health: 200 while serving, 503 while starting, draining or failed; once the engine
-has loaded, the body also says how it serves (api/engine_health.py)."""
+has loaded, the body also says how it serves (api/server/engine_health.py)."""
 
 from __future__ import annotations
 
 from litestar import Response, get
 from litestar.datastructures import State
 
-from api.engine_health import EngineHealth
+from api.server.engine_health import EngineHealth
 from generated.flint import HealthAttention, HealthBuckets, HealthResponse
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Response, get
 from litestar.datastructures import State
 
-from api.metrics import CONTENT_TYPE
+from api.server.metrics import CONTENT_TYPE
 
 
 @get("/metrics", sync_to_thread=False)

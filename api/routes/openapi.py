@@ -1,10 +1,10 @@
-"""GET /openapi.json: the contract this server serves (api/openapi.py), open like /health."""
+"""GET /openapi.json: the contract this server serves (api/openapi/contract.py), open like /health."""
 
 from __future__ import annotations
 
 from litestar import Response, get
 
-from api.openapi import served_json
+from api.openapi.contract import served_json
 
 
 # In a worker thread: the first request reads spec/ and builds the document (about a second).

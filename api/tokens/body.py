@@ -13,10 +13,10 @@ from typing import Any
 from api.core.errors import invalid
 from api.core.limits import check_list
 from api.core.prompt import render, template_messages
-from api.core.validation import parse_body, require_object
 from api.core.state import ServerState
+from api.core.validation import parse_body, require_object
 from api.tokens.fields import REGISTRY
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from generated.flint import DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest
 
 # Template variables the request sets through its own fields, never through chat_template_kwargs.

@@ -10,13 +10,13 @@ import asyncio
 from litestar import Request, get, post
 from litestar.datastructures import State
 
-from api.core.validation import read_json_body
 from api.core.state import ServerState
+from api.core.validation import read_json_body
 from api.tokens import fields
 from api.tokens.body import parse_detokenize, parse_tokenize, token_strs, tokenize
 from generated.flint import DetokenizeResponse, TokenizeResponse, TokenizerInfoResponse
 
-REGISTRY = fields.REGISTRY  # the routes' field registry (api/app.py checks them all)
+REGISTRY = fields.REGISTRY  # the routes' field registry (api/server/app.py checks them all)
 # The kind of tokenizer every model is served through, by transformers' name for it.
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 

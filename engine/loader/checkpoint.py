@@ -10,14 +10,14 @@ from typing import Any
 
 from engine.config import ModelConfig
 from engine.loader.source import ModelSource, resolve_model
-from engine.params import check_params
+from engine.models.params import check_params
 
 
 @dataclass
 class Checkpoint:
     """A loaded model: its static config, its weights pytree and where they came from.
 
-    `params` follows engine/params.py: float32 NumPy arrays, or jax Arrays when loaded with
+    `params` follows engine/models/params.py: float32 NumPy arrays, or jax Arrays when loaded with
     shardings. `gguf_fields` keeps a GGUF file's parsed metadata (GGUFReader.fields), so
     the tokenizer can build itself from it without parsing the file a second time (about
     2 s for SmolLM2's vocabulary); it is None for other formats.

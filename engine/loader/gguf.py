@@ -2,7 +2,7 @@
 
 GGUFReader gives each tensor's data with the numpy shape reversed from ggml's `ne`: a
 weight with ne = [in, out] reads as [out, in], PyTorch's layout and the one of
-engine/params.py, so no tensor needs transposing.
+engine/models/params.py, so no tensor needs transposing.
 
 llama.cpp's converter permutes the rows of the Q and K weights for architecture llama, so
 that its interleaved RoPE rotates pairs (2i, 2i+1). The loader undoes it to get back the
@@ -15,7 +15,6 @@ which this layout refuses.)
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import gguf
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.params import param_specs
+from engine.models.params import param_specs
 
 # general.architecture -> (ModelConfig features, whether Q and K rows are permuted).
 ARCHITECTURES = {
@@ -170,7 +169,7 @@ def dequantize(tensor) -> np.ndarray:
 
 
 def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
-    """The float32 weights pytree (engine/params.py layout) from an open GGUF file."""
+    """The float32 weights pytree (engine/models/params.py layout) from an open GGUF file."""
     tensors = {t.name: t for t in reader.tensors}
     permuted = ARCHITECTURES[_architecture(reader.fields)][1]
     _refuse_unused(tensors, config)

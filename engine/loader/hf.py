@@ -2,7 +2,7 @@
 
 A directory holds either one `model.safetensors` or shards listed in
 `model.safetensors.index.json`. Weights are read one tensor at a time, widened to float32
-and stacked over layers; PyTorch's [out, in] is already the layout of engine/params.py.
+and stacked over layers; PyTorch's [out, in] is already the layout of engine/models/params.py.
 Every tensor in the files must be used: an unexpected one (an o_proj
 bias, say) means a model this engine would run wrongly, so it is refused by name.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from safetensors import safe_open
 
 from engine.config import ModelConfig, RopeScaling
-from engine.params import param_specs
+from engine.models.params import param_specs
 
 # Architecture name -> the ModelConfig features that architecture always has.
 ARCHITECTURES = {
@@ -135,7 +135,7 @@ def load_hf_config(directory: str | Path) -> ModelConfig:
 
 
 def load_hf_params(directory: str | Path, config: ModelConfig) -> dict:
-    """The float32 weights pytree (engine/params.py layout) from `directory`'s safetensors."""
+    """The float32 weights pytree (engine/models/params.py layout) from `directory`'s safetensors."""
     files = _tensor_files(Path(directory))
     _refuse_unused(files, config)
     with contextlib.ExitStack() as stack:

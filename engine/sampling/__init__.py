@@ -8,7 +8,7 @@ allowed mask), then the narrow path (candidates.py) or the full-vocabulary path,
 the rules of filters.py (bisection.py: the full path's exact fallback), then mirostat.py,
 draw.py and logprobs.py; topk.py finds a row's best tokens.
 
-The public names below are imported lazily, on first use: engine/request.py imports
+The public names below are imported lazily, on first use: engine/host/request.py imports
 params.py, and host-only modules that import it (sequence, scheduler) must not load JAX
 along with the rest of this package.
 """

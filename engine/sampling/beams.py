@@ -1,4 +1,4 @@
-"""Beam candidates under jit: each beam row's best next tokens, for engine/beam_search.py.
+"""Beam candidates under jit: each beam row's best next tokens, for engine/host/beam_search.py.
 
 A beam row does not draw its token: the host picks the next beams from every beam's
 candidates together. The device gives each beam row its best BEAM_CANDIDATES tokens by a
@@ -15,7 +15,7 @@ key that depends on the search type (the row's `beam_mode`):
 - STOCHASTIC (Kool et al. 2019): the key is the token's log probability under the row's
   sampling distribution (temperature and truncation applied) plus Gumbel noise; the host
   adds the beam's sampling log probability and conditions the sum on the beam's own
-  perturbed score (engine/beam_search.py).
+  perturbed score (engine/host/beam_search.py).
 
 Every candidate carries its logprob, which the beam's score sums whatever the search type,
 so that hypotheses of every type are ranked by the same score. The noise is a function of
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.request import BEAM_MODES
+from engine.host.request import BEAM_MODES
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.topk import top_k
 

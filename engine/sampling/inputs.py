@@ -3,7 +3,7 @@
 Every declared per-row parameter (params.py) is copied generically from SamplingParams;
 what follows by hand is what is not one value per row: the logit bias list, the token
 history the penalties read, the packed allowed-token mask (engine/sampling/masks.py, with
-the grammar's mask from engine/grammar_masks.py), the Mirostat state and where the row's
+the grammar's mask from engine/host/grammar_masks.py), the Mirostat state and where the row's
 randomness comes from.
 """
 
@@ -31,7 +31,7 @@ class RowSampling:
     min_total_tokens: int = 0
     mirostat_mu: float = 0.0
     grammar_words: np.ndarray | None = None  # [ceil(vocab / 32)] i32: what the grammar allows next
-    # A thinking section's (engine/reasoning.py): the token its budget forces, the tags banned.
+    # A thinking section's (engine/text/reasoning.py): the token its budget forces, the tags banned.
     forced_token_id: int | None = None
     banned_token_ids: frozenset[int] = frozenset()
     beam_mode: int = 0  # a beam row's search type (engine/sampling/beams.py); 0: it samples

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.request import Request, RequestOutput
+from engine.host.request import Request, RequestOutput
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 URL = "/v1/chat/completions"

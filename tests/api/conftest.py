@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from litestar.testing import TestClient
-
-from api.app import create_app
-from api.settings import Settings
-from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.request import Request
-from engine.tokenizer import Tokenizer
 from api_helpers import TINY_ENGINE, wait_until_serving
+from litestar.testing import TestClient
 from qwen3_tiny import qwen3_checkpoint, qwen3_tokenizer
 from tiny_models import tiny_checkpoint
+
+from api.server.app import create_app
+from api.server.settings import Settings
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.host.request import Request
+from engine.text.tokenizer import Tokenizer
+
 
 @pytest.fixture(scope="session")
 def tiny_app_factory(smollm2_tokenizer):

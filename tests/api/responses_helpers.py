@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams, StopCriteria
+
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 URL = "/v1/responses"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from litestar.testing import TestClient
 
 from api.core.admission import admit
-from api.app import create_app
 from api.core.errors import ApiError
-from api.settings import Settings
 from api.core.state import ServerState
-from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
+from api.server.app import create_app
+from api.server.settings import Settings
 from engine.config import EngineConfig
 from engine.loader.source import resolve_model
 from generated.flint import ErrorResponse

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from api_helpers import rendered_ids
+from chat_helpers import MODEL_ID, URL, USER_HI, body, chat, engine_outputs
 
 from api.core.openai import token_entry
-from chat_helpers import MODEL_ID, URL, USER_HI, body, chat, engine_outputs
-from api_helpers import rendered_ids
-from engine.request import Request, SamplingParams, StopCriteria
+from engine.host.request import Request, SamplingParams, StopCriteria
 from generated.openai_chat_completions import ChatCompletion
 
 

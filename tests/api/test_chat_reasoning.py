@@ -13,13 +13,25 @@ import json
 
 import openai
 import pytest
+from chat_helpers import URL, sse_payloads
+from reasoning_helpers import (
+    CALL,
+    END_ID,
+    MODEL_ID,
+    NEVER_ENDS,
+    START_ID,
+    TOOL,
+    logprob_ids,
+    posted,
+    rendered,
+    split_ids,
+    texts,
+    tool_loop,
+)
 
 from api.core.limits import MAX_BUDGET_END_CHARS
 from api.core.reasoning import EFFORT_BUDGETS, ENABLED_EFFORT
-from chat_helpers import URL, sse_payloads
-from engine.reasoning import DEFAULT_BUDGET_END
-from reasoning_helpers import (CALL, END_ID, MODEL_ID, NEVER_ENDS, START_ID, TOOL, logprob_ids, posted, rendered,
-                               split_ids, texts, tool_loop)
+from engine.text.reasoning import DEFAULT_BUDGET_END
 
 USER = [{"role": "user", "content": "What is 6 x 7?"}]
 

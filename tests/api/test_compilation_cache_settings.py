@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from api.cli import build_parser
-from api.serve import compilation_cache_from_args, settings_from_args
-from api.settings import Settings
+from api.server.cli import build_parser
+from api.server.serve import compilation_cache_from_args, settings_from_args
+from api.server.settings import Settings
 
 
 @pytest.fixture

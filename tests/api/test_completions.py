@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from completions_helpers import MODEL, complete, greedy, server_state, stream_events
 from prometheus_client.parser import text_string_to_metric_families
 
-from completions_helpers import MODEL, complete, greedy, server_state, stream_events
-from engine.request import choice_seeds
+from engine.host.request import choice_seeds
 from generated import friendli_container_completions as friendli
 from generated.fireworks_completions import CompletionResponse
 

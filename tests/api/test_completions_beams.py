@@ -6,11 +6,11 @@ it; and the seed's rules refuse what cannot go with beams, naming the field."""
 from __future__ import annotations
 
 import pytest
-
 from completions_helpers import complete
-from engine.engine import Engine
-from engine.request import BeamSearchParams, Request, SamplingParams, StopCriteria
 from tiny_models import tiny_checkpoint
+
+from engine.engine import Engine
+from engine.host.request import BeamSearchParams, Request, SamplingParams, StopCriteria
 
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77, 4001]
 EOS = 2

@@ -12,9 +12,9 @@ import time
 
 import httpx
 import pytest
-
-from api.settings import Settings
 from api_helpers import TINY_ENGINE, live_app
+
+from api.server.settings import Settings
 
 MODEL = "SmolLM2-135M-Instruct"
 USER = [{"role": "user", "content": "Tell me a story"}]

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api.app import API_PREFIXES, REGISTRY, create_app
 from api.chat.route import CHAT
 from api.completions.route import COMPLETIONS
 from api.core.errors import ApiError
 from api.core.registry import Planned, Sampled
 from api.messages.route import MESSAGES
 from api.responses.route import RESPONSES
-from api.settings import Settings
-from engine.request import SamplingParams, StopCriteria
+from api.server.app import API_PREFIXES, REGISTRY, create_app
+from api.server.settings import Settings
+from engine.host.request import SamplingParams, StopCriteria
 from engine.sampling.params import VocabSize, bounds_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_every_field_of_a_served_request_model_is_handled_or_refused(module, nam
     model = generated_class(module, name)
     if not is_served(method, path, served_routes()):
         assert REGISTRY.not_served_reason(model) or not REGISTRY.unregistered_fields(model), (
-            f"{method.upper()} {path} is not served: list {name} in api/app.py NOT_SERVED, with the reason")
+            f"{method.upper()} {path} is not served: list {name} in api/server/app.py NOT_SERVED, with the reason")
         return
     assert REGISTRY.not_served_reason(model) is None, f"{name} is served: drop its NOT_SERVED entry"
     assert REGISTRY.unregistered_fields(model) == [], "decide on each: handled (by what, with its test) or refused"

@@ -6,18 +6,18 @@ from __future__ import annotations
 import time
 
 import pytest
+from api_helpers import ONE_BUCKET_ENGINE, TINY_ENGINE, wait_until_serving
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from tiny_models import tiny_checkpoint
 
-import api.lifecycle as lifecycle
-import engine.attention as attention
-from api.app import create_app
-from api.settings import Settings
-from api_helpers import ONE_BUCKET_ENGINE, TINY_ENGINE, wait_until_serving
+import api.server.lifecycle as lifecycle
+import engine.device.attention as attention
+from api.server.app import create_app
+from api.server.settings import Settings
 from engine.config import EngineConfig
 from engine.engine import Engine
 from generated.flint import ErrorResponse, HealthResponse, ModelList
-from tiny_models import tiny_checkpoint
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 

@@ -8,12 +8,12 @@ import logging
 import sys
 
 import pytest
-
-from api.cli import build_parser
-from api.logs import JsonFormatter, RequestIdFilter, logging_config, uvicorn_logging
-from api.request_id import serving
-from api.serve import settings_from_args
 from chat_helpers import MODEL_ID
+
+from api.server.cli import build_parser
+from api.server.logs import JsonFormatter, RequestIdFilter, logging_config, uvicorn_logging
+from api.server.request_id import serving
+from api.server.serve import settings_from_args
 
 
 def record(message: str = "engine %s", *args: object, exc_info=None) -> logging.LogRecord:

@@ -7,21 +7,21 @@ run directly on the same prompt.
 
 from __future__ import annotations
 
-from api_helpers import rendered_ids
 import logging
 from dataclasses import replace
 
 import pytest
+from api_helpers import rendered_ids
+from chat_helpers import engine_outputs
+from messages_helpers import MODEL_ID, USER_HI, anthropic_error, body, create
 
 from api.core.errors import ApiError
 from api.core.generation import ChoiceResult
 from api.core.usage import Usage
 from api.messages.plan import blocks_text
 from api.messages.render import MessageIdentity, message
-from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams, StopCriteria
+from engine.host.request import Request, SamplingParams, StopCriteria
 from generated.flint import ImageBlockParam, Message, TextBlockParam
-from messages_helpers import MODEL_ID, USER_HI, anthropic_error, body, create
 
 
 def test_system_and_text_blocks_render_through_the_chat_template(client, engine_requests, smollm2_tokenizer):

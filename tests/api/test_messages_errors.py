@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from litestar.testing import TestClient
-
-from api.app import create_app
-from api.settings import Settings
 from messages_helpers import URL, USER_HI, anthropic_error, body, create
+
+from api.server.app import create_app
+from api.server.settings import Settings
 
 KEY = "sk-ant-flint-test"
 

@@ -9,12 +9,12 @@ import json
 import anthropic
 import httpx2
 import pytest
-
-from api.messages.thinking import signature, signing_key
-from engine.reasoning import DEFAULT_BUDGET_END
-from generated.flint import MessageStreamEvent
 from messages_helpers import URL, AppTransport, anthropic_error, named_events
 from reasoning_helpers import CALL, MODEL_ID, posted, rendered
+
+from api.messages.thinking import signature, signing_key
+from engine.text.reasoning import DEFAULT_BUDGET_END
+from generated.flint import MessageStreamEvent
 
 QUESTION = [{"role": "user", "content": "What is 6 x 7?"}]
 

@@ -5,15 +5,15 @@ own figures."""
 from __future__ import annotations
 
 import pytest
+from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-
-from api.metrics import Metrics
-from api.settings import Settings
-from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
-from engine.engine import Engine, EngineStats
-from engine.request import Request, SamplingParams, StopCriteria
 from tiny_models import tiny_checkpoint
+
+from api.server.metrics import Metrics
+from api.server.settings import Settings
+from engine.engine import Engine, EngineStats
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 GAUGES = ("flint:num_requests_running", "flint:num_requests_waiting", "flint:kv_cache_usage_perc")
 COUNTERS = ("flint:prompt_tokens", "flint:generation_tokens")

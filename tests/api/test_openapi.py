@@ -1,5 +1,5 @@
 """GET /openapi.json: the contract made from spec/, listing exactly the routes the app serves,
-self-contained, and a valid OpenAPI 3.1 document (api/openapi.py)."""
+self-contained, and a valid OpenAPI 3.1 document (api/openapi/contract.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import yaml
 from litestar.testing import TestClient
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from api.app import create_app
 from api.completions.body import CompletionsBody
-from api.openapi_specs import load_specs, operations
-from api.settings import Settings
+from api.openapi.specs import load_specs, operations
+from api.server.app import create_app
+from api.server.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ identical shapes (engine/verification.py: the identity is exact for equal shapes
 from __future__ import annotations
 
 import pytest
-from litestar.testing import TestClient
-
-from api.settings import Settings
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from chat_helpers import MODEL_ID
+from litestar.testing import TestClient
 from loop_helpers import on_event_loop
+
+from api.server.settings import Settings
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"

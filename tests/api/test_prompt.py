@@ -10,8 +10,8 @@ from tokenizers import models
 
 from api.core.errors import ApiError
 from api.core.prompt import encode_chat, message_text, render, template_messages, template_role
-from api.settings import Settings
-from engine.tokenizer import Tokenizer
+from api.server.settings import Settings
+from engine.text.tokenizer import Tokenizer
 
 ROLE_AWARE = "{% if m.role == 'developer' %}{% elif m.role == \"function\" %}{% endif %}"
 

@@ -1,4 +1,4 @@
-"""A fault tied to one request (engine/faults.py) answers that request with a 500 in its
+"""A fault tied to one request (engine/host/faults.py) answers that request with a 500 in its
 dialect's shape, whole or streamed, while a request beside it is served as if alone, and
 the server goes on serving. (A device fault stopping the server: test_engine_failure.py.)"""
 

@@ -7,12 +7,12 @@ import re
 import time
 
 import pytest
+from chat_helpers import body as chat_body
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.request_id import MAX_LENGTH, chosen_request_id
-from api.settings import Settings
-from chat_helpers import body as chat_body
+from api.server.app import create_app
+from api.server.request_id import MAX_LENGTH, chosen_request_id
+from api.server.settings import Settings
 
 NEW_ID = re.compile(r"[0-9a-f]{32}")
 API_KEY = "test-key"

@@ -7,16 +7,16 @@ directly on the same prompt.
 
 from __future__ import annotations
 
-from api_helpers import rendered_ids
 import logging
 from dataclasses import replace
 
 import pytest
-
+from api_helpers import rendered_ids
 from chat_helpers import engine_outputs
-from engine.request import Request, SamplingParams, StopCriteria
-from generated.flint import Response
 from responses_helpers import MODEL_ID, create, greedy_text, output_text
+
+from engine.host.request import Request, SamplingParams, StopCriteria
+from generated.flint import Response
 
 
 def test_a_text_input_is_one_user_message(client, engine_requests, smollm2_tokenizer):

@@ -6,12 +6,12 @@ reach the template as the reasoning of the answer they precede."""
 from __future__ import annotations
 
 import pytest
-
-from api.core.reasoning import EFFORT_BUDGETS
-from engine.reasoning import DEFAULT_BUDGET_END
-from generated.flint import ResponseStreamEvent
 from reasoning_helpers import CALL, MODEL_ID, posted, rendered
 from responses_helpers import URL, named_events
+
+from api.core.reasoning import EFFORT_BUDGETS
+from engine.text.reasoning import DEFAULT_BUDGET_END
+from generated.flint import ResponseStreamEvent
 
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"]  # OpenAI's levels
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from api.cli import build_parser, main
-from api.serve import default_num_pages, serve, settings_from_args
-from api.settings import MIB, Settings
-from engine.config import EngineConfig
 from tiny_models import tiny_checkpoint
+
+from api.server.cli import build_parser, main
+from api.server.serve import default_num_pages, serve, settings_from_args
+from api.server.settings import MIB, Settings
+from engine.config import EngineConfig
 
 
 def parse(*flags: str) -> Settings:
@@ -81,7 +81,7 @@ def test_max_model_len_is_capped_at_the_models_context():
 def test_auto_dtype_is_float32_on_cpu_and_bfloat16_elsewhere(monkeypatch):
     import jax
 
-    from engine.weights import resolve_dtype
+    from engine.device.weights import resolve_dtype
 
     assert parse().engine.dtype == "auto"
     assert resolve_dtype("auto") == "float32" and jax.default_backend() == "cpu"
@@ -93,7 +93,7 @@ def test_auto_dtype_is_float32_on_cpu_and_bfloat16_elsewhere(monkeypatch):
 def test_a_mesh_larger_than_the_devices_names_the_tensor_parallel_size():
     import jax
 
-    from engine.sharding import make_mesh
+    from engine.device.sharding import make_mesh
 
     size = len(jax.devices()) + 1
     with pytest.raises(ValueError, match=f"tensor-parallel size of {size} needs {size} devices"):

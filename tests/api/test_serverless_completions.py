@@ -8,12 +8,12 @@ import json
 
 import numpy as np
 import pytest
-
 from completions_helpers import complete
-from engine.config import EngineConfig
-from engine.runner import ModelRunner, RowPlan
-from generated import friendli_serverless_completions as serverless
 from tiny_models import tiny_checkpoint
+
+from engine.config import EngineConfig
+from engine.device.runner import ModelRunner, RowPlan
+from generated import friendli_serverless_completions as serverless
 
 PATH = "/serverless/v1/completions"
 GREEDY = {"prompt": "The serverless stream", "max_tokens": 12, "temperature": 0, "ignore_eos": True}

@@ -7,15 +7,16 @@ import asyncio
 import os
 
 import pytest
+from e2e.flint_process import free_port
 from litestar.testing import TestClient
 from sqlalchemy import text, update
 
-from api.cli import build_parser
-from api.serve import settings_from_args
-from api.settings import Settings
-from api.core.store import Store, UnknownCursorError, store_url as resolve_store_url
+from api.core.store import Store, UnknownCursorError
+from api.core.store import store_url as resolve_store_url
 from api.core.store_schema import SCHEMA_VERSION, SchemaTooNewError, schema_version
-from e2e.flint_process import free_port
+from api.server.cli import build_parser
+from api.server.serve import settings_from_args
+from api.server.settings import Settings
 
 
 def run(url: str, scenario) -> object:

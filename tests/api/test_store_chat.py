@@ -10,14 +10,14 @@ import json
 import uuid
 
 import pytest
+from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from litestar.testing import TestClient
+from postgres_server import BACKENDS, drop_tables
 
 from api.chat import fields as chat_fields
 from api.core.registry import ModelFields, Refused, Registry
-from api.settings import Settings
-from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
+from api.server.settings import Settings
 from generated.openai_chat_completions import UpdateChatCompletionRequest
-from postgres_server import BACKENDS, drop_tables
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 import tokenizers
+from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from litestar.testing import TestClient
 
-from api.settings import Settings
-from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
-from engine.gguf_vocab import special_tokens_processor
-from engine.tokenizer import Tokenizer
+from api.server.settings import Settings
+from engine.text.gguf_vocab import special_tokens_processor
+from engine.text.tokenizer import Tokenizer
 from generated.flint import ErrorResponse, TokenizeResponse
 
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "The answer is"}]

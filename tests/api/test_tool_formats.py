@@ -10,7 +10,7 @@ from api.core.tool_grammar import tool_grammar
 from api.core.tool_parser import ArgumentsDelta, CallStart, ContentDelta, ToolCallStream, parse_answer
 from api.core.tool_prompt import tool_conversation
 from api.core.tools import Tool, ToolChoice
-from engine.grammar import Grammar, GrammarCompiler
+from engine.text.grammar import Grammar, GrammarCompiler
 
 WEATHER = Tool("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}},
                                            "required": ["city"]}, strict=True)

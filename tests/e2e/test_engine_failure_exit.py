@@ -11,11 +11,10 @@ import os
 
 import httpx
 import pytest
-
 from flint_process import SMALL_ENGINE_FLAGS, free_port, start_flint, wait_for_health, write_tiny_model
 
 FAULT = '''
-from engine import runner
+from engine.device import runner
 
 _original, _calls = runner.ModelRunner.collect, []
 

@@ -78,7 +78,7 @@ def results(live_server, tasks):
 
 def engine_run(state, prompt_ids: list[int], prompt_logprobs: int | None = None, **stop):
     """The outputs of one greedy request run on the live engine directly (no HTTP)."""
-    from engine.request import Request, SamplingParams, StopCriteria
+    from engine.host.request import Request, SamplingParams, StopCriteria
 
     async def run():
         request = Request(f"lm-eval-reference-{uuid.uuid4().hex}", prompt_ids,

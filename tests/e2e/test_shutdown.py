@@ -13,9 +13,9 @@ import time
 
 import httpx
 import pytest
-
-from api.serve import BREAK_OFF_GRACE
 from flint_process import FLINT, SMALL_ENGINE_FLAGS, free_port, start_flint, wait_for_health, write_tiny_model
+
+from api.server.serve import BREAK_OFF_GRACE
 
 SHUTDOWN_TIMEOUT = 30
 MAX_TOKENS = 400

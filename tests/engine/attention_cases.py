@@ -1,7 +1,7 @@
 """Random ragged steps over a random paged cache, for comparing attention implementations.
 
 A case is a list of rows, each (cached tokens, tokens this step). The step is laid out as
-the runner lays it out (engine/runner.py `token_spans`: single-token rows first), its keys
+the runner lays it out (engine/device/runner.py `token_spans`: single-token rows first), its keys
 and values already in the cache as the model writes them before attending, and the same
 keys passed separately for the jnp reference, which takes them fresh."""
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.batch import BatchInputs, empty_batch
 from engine.config import EngineConfig
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
+from engine.device.batch import BatchInputs, empty_batch
+from engine.device.runner import ModelRunner, RowPlan
+from engine.models.params import random_params
 
 
 @dataclass

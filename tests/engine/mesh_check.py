@@ -8,11 +8,11 @@ import sys
 import jax
 import numpy as np
 
-import engine.runner
-from engine.attention import over_mesh, reference_attention
+import engine.device.runner
 from engine.config import EngineConfig, ModelConfig
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
+from engine.device.attention import over_mesh, reference_attention
+from engine.device.runner import ModelRunner, RowPlan
+from engine.models.params import random_params
 
 config = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                      num_heads=8, num_kv_heads=4, head_dim=8)
@@ -31,7 +31,7 @@ def run(mesh_shape):
 
 single_runner, single = run((1,))
 sharded_runner, sharded = run((4,))
-# The wrapper that runs a kernel once per device on its own heads (engine/attention over_mesh),
+# The wrapper that runs a kernel once per device on its own heads (engine/device/attention over_mesh),
 # around the reference: GPU interpret mode cannot run a kernel on several simulated devices.
 engine.runner.attention_for = lambda name, mesh, num_kv: over_mesh(reference_attention, mesh, num_kv)
 _, per_device = run((4,))

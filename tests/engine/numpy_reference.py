@@ -1,6 +1,6 @@
 """An independent float32 NumPy forward (weights stored [out, in], as PyTorch stores them) of a Llama-family model, for reference checks.
 
-Written from the architecture's definition (not from engine/model.py): full causal
+Written from the architecture's definition (not from engine/models/llama.py): full causal
 attention over the whole sequence, no cache, no paging, no batching.
 """
 

@@ -6,10 +6,10 @@ import asyncio
 import threading
 
 import pytest
+from shared_configs import SIXTEEN_SEQUENCES
 
 from engine.async_engine import AsyncEngine, EngineDeadError
-from engine.request import Request, SamplingParams, StopCriteria
-from shared_configs import SIXTEEN_SEQUENCES
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 CONFIG = SIXTEEN_SEQUENCES
 

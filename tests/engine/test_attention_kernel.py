@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from attention_cases import chunked_prompt_logits, make_step
 from jax import export
 
-from attention_cases import chunked_prompt_logits, make_step
-from engine.attention import MOSAIC_GPU, REFERENCE, interpret_params, resolve
-from engine.attention.mosaic_gpu import ragged_paged_attention, supports
-from engine.attention.reference import paged_attention
-from engine.attention.work import work_items
 from engine.config import EngineConfig
+from engine.device.attention import MOSAIC_GPU, REFERENCE, interpret_params, resolve
+from engine.device.attention.mosaic_gpu import ragged_paged_attention, supports
+from engine.device.attention.reference import paged_attention
+from engine.device.attention.work import work_items
 
 COMPILED = os.environ.get("FLINT_KERNEL_MODE", "interpret") == "compiled"
 BF16 = ml_dtypes.bfloat16
@@ -78,7 +78,7 @@ def test_prefill_only_chunks_spanning_tiles_and_blocks(splits):
 
 def test_a_decode_of_few_rows_shares_its_keys_and_a_full_step_does_not():
     """Flash-decoding where the GPU would sit idle: the share count fills it."""
-    from engine.attention.splits import key_splits
+    from engine.device.attention.splits import key_splits
 
     assert key_splits(2, 8, interpret=False) == 16  # Llama-3-8B at batch 1: 16 programs, 256 shared
     assert key_splits(96, 8, interpret=False) == 1  # a 512-token step: 768 programs already
@@ -176,8 +176,8 @@ def test_model_with_the_kernel_matches_the_reference_model():
 
 
 def test_the_start_up_check_passes_the_kernel_and_catches_a_broken_one():
-    from engine.attention import attention_for, reference_attention
-    from engine.attention.probe import kernel_problem, probe_rows
+    from engine.device.attention import attention_for, reference_attention
+    from engine.device.attention.probe import kernel_problem, probe_rows
 
     kernel = attention_for(MOSAIC_GPU)
     buckets = ((1, 1), (32, 3))  # the smallest bucket and a larger one, as the runner passes them
@@ -209,7 +209,7 @@ def test_the_start_up_check_passes_the_kernel_and_catches_a_broken_one():
 
 
 def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkeypatch, caplog):
-    import engine.attention as attention
+    import engine.device.attention as attention
 
     monkeypatch.setattr(attention, "kernel_problem", lambda *args: "RuntimeError: no sm_90a")
     monkeypatch.setattr(attention, "resolve", lambda name, *shape: MOSAIC_GPU)  # as on a GPU

@@ -1,5 +1,5 @@
-"""JAX's Pallas TPU ragged paged attention behind the engine's signature (engine/attention/
-ragged_tpu.py), and the cache it reads, one interleaved array per layer (engine/kv_cache.py
+"""JAX's Pallas TPU ragged paged attention behind the engine's signature (engine/device/attention/
+ragged_tpu.py), and the cache it reads, one interleaved array per layer (engine/device/kv_cache.py
 LayerKVCache), through the whole model.
 
 No TPU is lent here, and jax 0.11.2's TPU interpret mode cannot run the kernel (it reshapes
@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_cases import chunked_prompt_logits, make_step
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as tpu_kernel
 
-from attention_cases import chunked_prompt_logits, make_step
-from engine.attention import RAGGED_TPU, REFERENCE, attention_for, resolve
-from engine.attention.ragged_tpu import ragged_tpu_attention, supports
-from engine.attention.reference import paged_attention
-from engine.kv_cache import KVCache, LayerKVCache, interleave
+from engine.device.attention import RAGGED_TPU, REFERENCE, attention_for, resolve
+from engine.device.attention.ragged_tpu import ragged_tpu_attention, supports
+from engine.device.attention.reference import paged_attention
+from engine.device.kv_cache import KVCache, LayerKVCache, interleave
 
 SCALE = 0.125
 
@@ -80,7 +80,7 @@ def test_tpu_interpret_mode_still_cannot_run_the_kernel():
 
 
 def test_auto_takes_the_tpu_kernel_on_tpus_for_shapes_it_serves(monkeypatch):
-    import engine.attention as attention
+    import engine.device.attention as attention
 
     assert supports(jnp.bfloat16, 128, 32, 8, 16) and not supports(jnp.bfloat16, 64, 9, 3, 16)
     assert resolve("auto", "bfloat16", 128, 32, 8, 16) == REFERENCE  # here, a CPU
@@ -119,7 +119,7 @@ def test_model_on_a_cache_per_layer_matches_the_stacked_model(monkeypatch):
     """Through ModelRunner: the per-layer interleaved cache written by the model, the
     unrolled layers and the adapter's operands, a prompt in two chunks and then a decode,
     against the same model on the stacked cache. The kernel is the only part left out."""
-    import engine.runner
+    import engine.device.runner
     from engine.config import ModelConfig
 
     real_attention_for = engine.runner.attention_for

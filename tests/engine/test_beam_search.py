@@ -1,4 +1,4 @@
-"""Beam search in the engine (engine/beam_search.py) against an independent NumPy beam search
+"""Beam search in the engine (engine/host/beam_search.py) against an independent NumPy beam search
 over the same tiny model's logits, recomputed from scratch for every beam and step: the
 same hypotheses, in the same order, with the same scores. Plus the KV pages beams share,
 preemption, Friendli's stop-token rule and the sampling types' reproducibility."""
@@ -9,10 +9,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from engine.request import BeamSearchParams, Request, SamplingParams, StopCriteria
 from numpy_reference import forward
 from shared_configs import SIXTEEN_SEQUENCES
+
+from engine.host.request import BeamSearchParams, Request, SamplingParams, StopCriteria
 
 CONFIG = SIXTEEN_SEQUENCES
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77, 4001]  # 10 tokens: a partly filled last page

@@ -1,16 +1,15 @@
-"""engine/block_manager.py: pages, reference counts, the chained-hash prefix cache, eviction."""
+"""engine/host/block_manager.py: pages, reference counts, the chained-hash prefix cache, eviction."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-
 from kv_identity import prefix_ids
 
-from engine.block_manager import BlockManager, hash_page
-from engine.request import SamplingParams, StopCriteria
-from engine.sequence import Sequence
+from engine.host.block_manager import BlockManager, hash_page
+from engine.host.request import SamplingParams, StopCriteria
+from engine.host.sequence import Sequence
 
 
 def make_seq(token_ids: list[int], request_id: str = "r") -> Sequence:

@@ -1,4 +1,4 @@
-"""Decode windows (engine/decode_window.py): several decode steps per device call give exactly
+"""Decode windows (engine/host/decode_window.py): several decode steps per device call give exactly
 what one step per call gives, stops inside a window included."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.request import Request, SamplingParams, StopCriteria
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 # No draft rows (num_speculative_tokens 0), so each bucket has max_num_seqs rows: the seeded
 # rows of these tests sit at near-ties that follow the float noise of other logit shapes.

@@ -1,4 +1,4 @@
-"""Replaced input embeddings (engine/embeddings.py): a prompt whose embedding at a position is
+"""Replaced input embeddings (engine/host/embeddings.py): a prompt whose embedding at a position is
 the embedding row of another token computes exactly what the prompt with that other token
 computes, however the scheduler chunks it, and never shares KV pages with plain prompts."""
 
@@ -8,16 +8,16 @@ import dataclasses
 
 import numpy as np
 import pytest
+from shared_configs import FOUR_SEQUENCES
+from tiny_models import tiny_checkpoint
 
 from engine.config import ModelConfig
-from engine.params import random_params
-from engine.request import EmbeddingReplacement, Request, SamplingParams, StopCriteria
-from engine.runner import ModelRunner, RowPlan
-from engine.scheduler import Scheduler
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence
-from tiny_models import tiny_checkpoint
-from shared_configs import FOUR_SEQUENCES
+from engine.device.runner import ModelRunner, RowPlan
+from engine.host.block_manager import BlockManager
+from engine.host.request import EmbeddingReplacement, Request, SamplingParams, StopCriteria
+from engine.host.scheduler import Scheduler
+from engine.host.sequence import Sequence
+from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=8)

@@ -12,12 +12,12 @@ from itertools import accumulate
 
 import numpy as np
 import pytest
-
-from engine.block_manager import BlockManager
-from engine.output import OutputStage
-from engine.request import Request, RequestOutput, SamplingParams, StopCriteria
-from engine.scheduler import Scheduler
 from shared_configs import ROOMY
+
+from engine.host.block_manager import BlockManager
+from engine.host.output import OutputStage
+from engine.host.request import Request, RequestOutput, SamplingParams, StopCriteria
+from engine.host.scheduler import Scheduler
 
 CONFIG = ROOMY
 GREEDY = SamplingParams(temperature=0.0)

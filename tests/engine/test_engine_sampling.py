@@ -6,9 +6,9 @@ import random
 
 import numpy as np
 import pytest
-
-from engine.request import Request, SamplingParams, StopCriteria, choice_seeds
 from shared_configs import ROOMY
+
+from engine.host.request import Request, SamplingParams, StopCriteria, choice_seeds
 
 CONFIG = ROOMY
 PROMPT = [11, 257, 1024, 7, 99]

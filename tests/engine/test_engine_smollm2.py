@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from engine.request import Request, SamplingParams, StopCriteria
 from numpy_reference import greedy
+
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 GREEDY = SamplingParams(temperature=0.0)
 EXACTLY_16 = StopCriteria(max_tokens=16, ignore_eos=True)

@@ -7,12 +7,12 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from shared_configs import ROOMY
+from tiny_models import tiny_checkpoint
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.request import Request, SamplingParams, StopCriteria
-from tiny_models import tiny_checkpoint
-from shared_configs import ROOMY
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 # 32 requests of up to ~60 tokens need ~500 pages at once; 80 force preemption and recompute.
 CRAMPED = dataclasses.replace(ROOMY, num_pages=80)

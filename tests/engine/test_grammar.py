@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 
 from engine.config import EngineConfig
-from engine.decode_window import mask_is_fixed
-from engine.grammar import Grammar, GrammarError
-from engine.request import Request, SamplingParams, StopCriteria
+from engine.host.decode_window import mask_is_fixed
+from engine.host.request import Request, SamplingParams, StopCriteria
+from engine.text.grammar import Grammar, GrammarError
 
 TINY = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=128, page_size=16)
 BOUNDED_SCHEMA = {

@@ -1,4 +1,4 @@
-"""The forward's loop over layers (engine/model.py): a scan on the CPU, unrolled on GPUs.
+"""The forward's loop over layers (engine/models/llama.py): a scan on the CPU, unrolled on GPUs.
 
 XLA's GPU backend copied every layer's weights out of the stacked arrays before a scan's
 matmuls read them: 55% of an 8B decode step on an H100 (issue 24). The GPU's form must read
@@ -14,12 +14,12 @@ import re
 import jax
 import numpy as np
 import pytest
+from numpy_reference import forward
 
 from engine.config import SCAN, UNROLLED, EngineConfig, ModelConfig
-from engine.model import layer_loop_for
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
-from numpy_reference import forward
+from engine.device.runner import ModelRunner, RowPlan
+from engine.models.llama import layer_loop_for
+from engine.models.params import random_params
 
 # Three layers: no other array of the step has a leading axis of 3.
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=3,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from loader_files import write_gguf, write_hf
+from numpy_reference import forward, inverse_frequencies
 from test_loaders import CONFIGS
 
 from engine.config import EngineConfig
+from engine.device.runner import ModelRunner, RowPlan
 from engine.loader.checkpoint import load_checkpoint
 from engine.loader.orbax import save_orbax
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
-from numpy_reference import forward, inverse_frequencies
+from engine.models.params import random_params
 
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                 "num_kv_heads", "head_dim", "tie_word_embeddings", "attention_bias", "qk_norm")

@@ -17,7 +17,7 @@ from engine.loader.gguf import config_from_gguf, unpermute_rows
 from engine.loader.hf import config_from_hf
 from engine.loader.orbax import restore_orbax, save_orbax
 from engine.loader.source import resolve_model
-from engine.params import check_params, random_params
+from engine.models.params import check_params, random_params
 
 Q = gguf.GGMLQuantizationType
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
@@ -283,7 +283,7 @@ def test_convert_tool_writes_a_loadable_checkpoint(tmp_path, capsys):
 
 
 def test_gguf_tokenizer_is_written_as_hugging_face_files(tmp_path, smollm2_checkpoint):
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
     from tools.convert import write_gguf_tokenizer
 
     write_gguf_tokenizer(smollm2_checkpoint.gguf_fields, tmp_path)

@@ -1,14 +1,14 @@
-"""engine/model.py against the NumPy reference on tiny random weights: prefill, decode, chunks."""
+"""engine/models/llama.py against the NumPy reference on tiny random weights: prefill, decode, chunks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from numpy_reference import forward
 
 from engine.config import EngineConfig, ModelConfig, RopeScaling
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
-from numpy_reference import forward
+from engine.device.runner import ModelRunner, RowPlan
+from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0)

@@ -11,9 +11,18 @@ import time
 import numpy as np
 import pytest
 
-from api.multihost import add_multihost_arguments, topology_from_args
-from engine.multihost import (HEARTBEAT_KEY, OPERATION_KEY, STOP, OperationLog, OperationReader, Topology, Watchdog,
-                              replay, replayed_count)
+from api.server.multihost import add_multihost_arguments, topology_from_args
+from engine.device.multihost import (
+    HEARTBEAT_KEY,
+    OPERATION_KEY,
+    STOP,
+    OperationLog,
+    OperationReader,
+    Topology,
+    Watchdog,
+    replay,
+    replayed_count,
+)
 
 
 class FakeStore:

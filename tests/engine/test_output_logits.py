@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.request import Request, SamplingParams, StopCriteria
 from numpy_reference import forward
 from shared_configs import FOUR_SEQUENCES
+
+from engine.host.request import Request, SamplingParams, StopCriteria
 
 CONFIG = FOUR_SEQUENCES
 PROMPT = [17, 305, 9021, 44, 1207, 88, 3190, 512, 77]

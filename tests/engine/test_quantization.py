@@ -1,4 +1,4 @@
-"""int8 weights (engine/weights.py): close to float32, and passing the quality gate on SmolLM2.
+"""int8 weights (engine/device/weights.py): close to float32, and passing the quality gate on SmolLM2.
 
 The quality gate of issue [2/6] scores a fixed text with the embedded SmolLM2 twice, float32
 and int8: int8's top-1 prediction must agree with float32's at 95% of the positions or
@@ -13,12 +13,12 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from numpy_reference import forward
 
 from engine.config import EngineConfig, ModelConfig
-from engine.params import random_params
-from engine.runner import ModelRunner, RowPlan
-from engine.weights import Int8Weight, dequantize, quantize_int8, resolve_quantization
-from numpy_reference import forward
+from engine.device.runner import ModelRunner, RowPlan
+from engine.device.weights import Int8Weight, dequantize, quantize_int8, resolve_quantization
+from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=8)

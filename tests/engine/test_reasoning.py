@@ -1,4 +1,4 @@
-"""Reasoning in the engine (engine/reasoning.py): the thinking section's text apart from the
+"""Reasoning in the engine (engine/text/reasoning.py): the thinking section's text apart from the
 answer, its budget forced, the start tag banned where the answer must not think.
 
 The model is the tiny Qwen3-style one (tests/qwen3_tiny.py), a random model: forced output
@@ -12,13 +12,13 @@ import dataclasses
 import re
 
 import pytest
+from qwen3_tiny import R1_STYLE_TEMPLATE, qwen3_checkpoint, qwen3_tokenizer
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.grammar import Grammar
-from engine.reasoning import ANSWER, END, START, THOUGHT, Reasoning, ReasoningTrack, opens_section, thinking_tags
-from engine.request import Request, RequestOutput, SamplingParams, StopCriteria
-from qwen3_tiny import R1_STYLE_TEMPLATE, qwen3_checkpoint, qwen3_tokenizer
+from engine.host.request import Request, RequestOutput, SamplingParams, StopCriteria
+from engine.text.grammar import Grammar
+from engine.text.reasoning import ANSWER, END, START, THOUGHT, Reasoning, ReasoningTrack, opens_section, thinking_tags
 
 CONFIG = EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=64, num_pages=200,
                       token_buckets=(8, 64), optimize_compiled_code=False)

@@ -1,4 +1,4 @@
-"""A fault tied to one request fails that request alone (engine/faults.py): its grammar, its
+"""A fault tied to one request fails that request alone (engine/host/faults.py): its grammar, its
 detokenizer, its replaced embeddings, its beam search or its admission raise, it finishes
 with finish_reason "error" and its pages freed, and the requests beside it get exactly the
 tokens they get without it. A fault outside any request's own work (the device) still
@@ -14,10 +14,10 @@ import pytest
 
 from engine import rows
 from engine.async_engine import AsyncEngine, RequestFailedError
-from engine.beam_search import Hypothesis
 from engine.config import EngineConfig
-from engine.grammar import Grammar
-from engine.request import BeamSearchParams, Request, SamplingParams, StopCriteria
+from engine.host.beam_search import Hypothesis
+from engine.host.request import BeamSearchParams, Request, SamplingParams, StopCriteria
+from engine.text.grammar import Grammar
 
 # The grammar tests' engine (tests/engine/test_grammar.py): its programs are compiled already.
 TINY = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=128, page_size=16)

@@ -1,4 +1,4 @@
-"""Drafts (engine/speculation.py) checked by extra rows (engine/verification.py): whatever the
+"""Drafts (engine/host/speculation.py) checked by extra rows (engine/verification.py): whatever the
 draft, the output is the one plain decoding gives, and right drafts save device calls."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import functools
 import pytest
 
 from engine.config import EngineConfig
-from engine.request import Request, SamplingParams, StopCriteria
-from engine.sequence import Sequence
-from engine.speculation import SpeculationConfig, lookup_continuation, propose
+from engine.host.request import Request, SamplingParams, StopCriteria
+from engine.host.sequence import Sequence
+from engine.host.speculation import SpeculationConfig, lookup_continuation, propose
 from tests.engine.test_decode_window import KINDS, ONE_STEP, WINDOW, assert_same, counting_windows, requests, run
 
 # One bucket for all: a row computed in another bucket may differ in float noise, and a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.stop_strings import StopStringMatcher
+from engine.text.stop_strings import StopStringMatcher
 
 
 def feed_all(stops, pieces):

@@ -1,4 +1,4 @@
-"""engine/tokenizer.py and engine/chat_template.py: tokenizers from GGUF metadata and from
+"""engine/text/tokenizer.py and engine/text/chat_template.py: tokenizers from GGUF metadata and from
 Hugging Face directories, incremental detokenizing, chat templates in a sandbox.
 
 Expectations come from outside the code under test: token spellings read straight from the
@@ -18,9 +18,9 @@ import tokenizers
 from jinja2.sandbox import SecurityError
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors, trainers
 
-from engine.chat_template import ChatTemplate, ChatTemplateError, MissingChatTemplateError
 from engine.loader.source import embedded_gguf_path
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.chat_template import ChatTemplate, ChatTemplateError, MissingChatTemplateError
+from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
 
 TEXTS = [
     "Hello world",

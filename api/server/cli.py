@@ -1,0 +1,85 @@
+"""The `flint` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from api.server.serve import (
+    EXIT_BAD_ARGUMENTS,
+    add_compilation_cache_arguments,
+    add_device_arguments,
+    add_serve_arguments,
+    check_tensor_parallel_size,
+    compilation_cache_from_args,
+    serve,
+)
+
+MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flint", description="Flint: an LLM inference server for JAX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the HTTP API")
+    serve.add_argument("--model", default=None, help=MODEL_HELP)
+    add_serve_arguments(serve)
+    generate = commands.add_parser("generate", help="stream a completion of one prompt to the terminal")
+    generate.add_argument("prompt", help="the prompt text")
+    generate.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn in the model's chat template")
+    generate.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (default: %(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default: %(default)s)")
+    generate.add_argument("--seed", type=int, default=None, help="seed for temperature sampling")
+    generate.add_argument("--model", default=None, help=MODEL_HELP)
+    generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
+    add_device_arguments(generate)
+    add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
+                                              "else ~/.local/share/flint)")
+    return parser
+
+
+def generate(args: argparse.Namespace) -> int:
+    from api.server.lifecycle import set_up_compilation_cache
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.host.request import Request, SamplingParams, StopCriteria
+
+    def progress(message: str) -> None:
+        print(f"flint: {message}", file=sys.stderr, flush=True)
+
+    try:
+        check_tensor_parallel_size(args.tensor_parallel_size)
+    except ValueError as error:
+        print(f"flint: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    # One sequence: its decode steps are one token each, and its prompt goes in chunks of up
+    # to 128 tokens. Those two shapes are all it runs, so they are all it compiles (the
+    # default buckets would compile seven: a minute more of start-up on a small CPU).
+    config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
+                          token_buckets=(1, 128),
+                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
+                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
+                          layer_loop=args.layer_loop)
+    set_up_compilation_cache(compilation_cache_from_args(args))
+    engine = Engine.from_model(args.model, config, report=progress)
+    tokenizer = engine.tokenizer
+    if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
+        prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
+    while engine.has_unfinished():
+        for output in engine.step():
+            print(output.text, end="", flush=True)
+    print()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return {"serve": serve, "generate": generate}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Starting and stopping the engine with the app.
+
+Loading and compiling a model takes from seconds to minutes, so it runs in a worker thread
+after startup: the server answers /health with 503 "starting" meanwhile, and "ok" once the
+engine runs. A load that fails (a bad checkpoint, out of memory), or an engine thread that
+dies on an error later, turns the phase to "failed" (/health 503, every API request 503)
+and calls `on_failure`, with which `flint serve` exits non-zero so that a supervisor starts
+it again. Tests pass an `engine_factory` that builds a small engine instead."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from api.core.state import ServerState
+from api.server.engine_health import BackgroundCompile, EngineHealth, engine_health
+from api.server.multihost import LeaderLink
+from api.server.settings import Settings
+from engine.async_engine import AsyncEngine
+from engine.device.compile_cache import CompileCounter, no_compilation_cache, use_compilation_cache
+from engine.engine import Engine
+from engine.text.tokenizer import Tokenizer
+
+log = logging.getLogger("flint")
+
+EngineFactory = Callable[[Settings], Engine]
+Result = TypeVar("Result")
+
+
+def load_engine(settings: Settings) -> Engine:
+    """The engine for `settings.model` (the embedded model when None), compiled: its programs
+    loaded from `settings.compilation_cache` where they are there, and kept there.
+
+    A single process compiles the essential buckets only, and the rest in the background
+    once it serves. A multi-host group compiles every bucket here, on every process in the
+    same order: a bucket's compile puts a batch on the mesh, a transfer across processes,
+    and one made beside the first steps would cross their collectives (issue 23)."""
+    set_up_compilation_cache(settings.compilation_cache)
+    started = time.perf_counter()
+    with CompileCounter() as counts:
+        engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message),
+                                   compile_all=settings.topology is not None)
+    log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
+    return engine
+
+
+def compile_remaining(engine: Engine) -> None:
+    """(In the background compile thread.) The buckets start-up left, while the engine serves."""
+    with CompileCounter() as counts:
+        seconds = engine.compile_remaining(report=lambda message: log.info("background: %s", message))
+    log.info("every bucket ready after %.1f s more: %s", seconds, counts.describe())
+    return_freed_memory()  # compiling left as much behind as loading did
+
+
+BACKGROUND_COMPILE_THREAD = "flint-compile"
+
+
+def set_up_compilation_cache(directory: str | None) -> None:
+    """Use the cache in `directory` (None: none). One that cannot be used is worth a warning,
+    not a server that does not start: the programs are compiled instead."""
+    if directory is None:
+        no_compilation_cache()
+        return
+    try:
+        use_compilation_cache(directory)
+    except OSError as error:
+        log.warning("the compilation cache at %s cannot be used (%s): every program is compiled", directory, error)
+        no_compilation_cache()
+
+
+def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> bool:
+    """Whether a program made now was one start-up missed (then logged as such)."""
+    # Start-up compiles every step shape (engine/device/runner.py), the essential ones before the
+    # server is healthy and the rest in the background thread: a program made by any other
+    # thread is one it missed, and a request waited for it.
+    if threading.current_thread().name == BACKGROUND_COMPILE_THREAD:
+        return False
+    log.warning("program %s %s while serving (%.2f s)", name,
+                "loaded from the compilation cache" if from_cache else "compiled", seconds)
+    return True
+
+
+def return_freed_memory() -> None:
+    """Free what loading left behind, and hand the C heap's free pages back to the system:
+    loading and compiling a model free hundreds of MB that glibc would otherwise keep,
+    counted in the server's resident memory."""
+    gc.collect()  # JAX also lets go of the host buffers of finished transfers then
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
+
+
+def longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most bytes one token of the vocabulary stands for (its own bytes, or the text of
+    a special token)."""
+    return max(max(len(tokenizer.token_bytes(token) or b""), len(tokenizer.decode([token]).encode()))
+               for token in range(tokenizer.vocab_size))
+
+
+class EngineLifecycle:
+    """Litestar startup and shutdown hooks that own the server's engine."""
+
+    def __init__(self, server: ServerState, settings: Settings, factory: EngineFactory):
+        self.server = server
+        self.settings = settings
+        self.factory = factory
+        # Called (on the event loop) with the error when the engine cannot be loaded.
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.error: BaseException | None = None  # why the engine could not be loaded
+        self._loading: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loader: threading.Thread | None = None
+        self._watch = CompileCounter(on_program=self._compiled_while_serving)
+        self.group: LeaderLink | None = None  # a multi-host leader's link to its followers
+        self.background = BackgroundCompile()  # of the buckets start-up left (/health reports it)
+
+    async def start(self) -> None:
+        # The store first: a database that cannot be reached stops start-up at once.
+        try:
+            await self.server.store.open()
+        except Exception:
+            log.exception("the store at %s could not be opened", self.server.store.display_url)
+            raise
+        self._loop = asyncio.get_running_loop()
+        self._loading = asyncio.create_task(self._load())
+
+    async def _load(self) -> None:
+        try:
+            self._loader, loaded = start_in_daemon_thread(self._build, self.settings)
+            engine = await loaded
+        except Exception as error:
+            log.exception("the model could not be loaded")
+            self.error = error
+            self._fail(error)
+            return
+        if self.settings.topology is not None:  # before the first step: the followers replay them all
+            self.group = LeaderLink(self.settings.topology, self.settings.follower_timeout)
+            loop = self._loop
+            self.group.attach(engine.engine.runner,
+                              lambda message: loop.call_soon_threadsafe(self._followers_lost, message))
+        engine.start()
+        self._watch.start()
+        if self.group is None:  # a group compiled every bucket before its first step (load_engine)
+            self.background.running = True
+            threading.Thread(target=self._compile_remaining, args=(engine.engine,), name=BACKGROUND_COMPILE_THREAD,
+                             daemon=True).start()
+        self.server.engine = engine
+        if self.server.phase == "starting":  # not if shutdown began while compiling
+            self.server.phase = "ok"
+
+    def _compiled_while_serving(self, name: str, seconds: float, from_cache: bool) -> None:
+        if compiled_while_serving(name, seconds, from_cache):
+            self.server.metrics.count_program_compiled_while_serving()  # /metrics, for tools/soak.py
+
+    def _compile_remaining(self, engine: Engine) -> None:
+        try:
+            compile_remaining(engine)
+        except Exception as error:  # the engine serves on with the buckets it has, only slower
+            log.exception("compiling the remaining buckets failed")
+            self.background.failed(error)
+        finally:
+            self.background.running = False
+
+    def engine_health(self) -> EngineHealth | None:
+        """How the engine serves (buckets, attention); None until it has loaded."""
+        engine = self.server.engine
+        return None if engine is None else engine_health(engine.engine.runner, self.background)
+
+    def _build(self, settings: Settings) -> AsyncEngine:
+        """(In the loading thread.) The engine, and what the API measures of its tokenizer."""
+        engine = self.factory(settings)
+        self.server.max_token_bytes = longest_token_bytes(engine.tokenizer)
+        return_freed_memory()
+        loop = self._loop
+        return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
+
+    def _engine_died(self, error: BaseException) -> None:
+        group = " (in a multi-host group: a follower process may have died)" if self.group else ""
+        log.error("the engine thread stopped on an error%s; the server stops serving", group, exc_info=error)
+        self._fail(error)
+
+    def _followers_lost(self, message: str) -> None:
+        log.error("%s; the server stops serving", message)
+        self._fail(RuntimeError(message))
+        # The engine thread waits on the follower, maybe for ever: end its streams now.
+        self.cut_off_generations()
+
+    def _fail(self, error: BaseException) -> None:
+        self.server.phase = "failed"
+        if self.on_failure is not None:
+            self.on_failure(error)
+
+    @property
+    def is_loading(self) -> bool:
+        """Whether the load thread still runs: a compile cannot be interrupted, so it
+        outlives `stop()` when the server is stopped while starting."""
+        return self._loader is not None and self._loader.is_alive()
+
+    @property
+    def engine_blocked(self) -> bool:
+        """Whether the engine thread may wait forever on a follower that stopped answering."""
+        return self.group is not None and bool(self.group.lost)
+
+    async def wait_until_serving(self) -> None:
+        """Returns once the engine runs (re-raises a load failure)."""
+        if self._loading is not None:
+            await self._loading
+        if self.error is not None:
+            raise self.error
+
+    def drain(self) -> None:
+        """Shutdown began: new API requests get 503 while in-flight ones finish."""
+        if self.server.phase in ("starting", "ok"):
+            self.server.phase = "draining"
+
+    def cut_off_generations(self) -> None:
+        """End the generations still running with an error (shutdown's timeout ran out, or the
+        engine cannot go on): each stream ends with its dialect's error event."""
+        if num_open := self.server.cut_off_generations():
+            log.warning("%d generation(s) still running were ended with an error", num_open)
+
+    async def stop(self) -> None:
+        self.drain()
+        self.cut_off_generations()  # any still open end with an error before the engine stops
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        if self.server.engine is not None:
+            if not self.engine_blocked:  # else its thread never ends: `flint serve` leaves without it
+                await asyncio.to_thread(self.server.engine.stop)
+            self.server.engine = None
+            self._watch.stop()
+        if self.group is not None:
+            await asyncio.to_thread(self.group.stop)
+        await self.server.store.close()
+
+
+def start_in_daemon_thread(function: Callable[..., Result],
+                           *args) -> tuple[threading.Thread, asyncio.Future[Result]]:
+    """`function(*args)` in a daemon thread, and a future of its result on the running loop.
+
+    Unlike asyncio.to_thread, whose executor the event loop joins when it closes, this lets a
+    server told to stop while a model compiles exit at once (see `flint serve`)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(result, error) -> None:
+        if future.done():  # cancelled: the server stopped first
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = function(*args), None
+        except BaseException as raised:
+            result, error = None, raised
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the event loop has closed: nobody waits any more
+            pass
+
+    thread = threading.Thread(target=run, name="flint-load", daemon=True)
+    thread.start()
+    return thread, future

@@ -1,0 +1,121 @@
+"""The paged KV cache, in the layout the attention that reads it wants.
+
+- `KVCache` (stacked): keys and values in two arrays, [layers, pages, page_size, kv_heads,
+  head_dim]. The jnp reference and the Mosaic GPU kernel read it at a layer index, and a
+  `lax.scan` over the layers carries it.
+- `LayerKVCache` (per layer): one array per layer, [pages, page_size, 2 * kv_heads,
+  head_dim], each head's key and value side by side (keys at even heads): what JAX's TPU
+  kernel reads (engine/device/attention/ragged_tpu.py). Each layer's array is its own buffer, so
+  the kernel reads it in place, where slicing a layer out of a stack would copy it; the
+  layers are then unrolled (engine/models/llama.py), one static index each.
+
+Both answer the model's three questions: `write` a step's keys and values, the `operands`
+attention reads for a layer, and `copy_pages` (a beam's fork). Page 0 is the null page:
+padding tokens write there and unused block-table entries point there, so every gather and
+scatter stays in bounds without branches. The block manager never hands it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+
+from engine.config import EngineConfig, ModelConfig
+from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
+from engine.device.weights import resolve_dtype
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class KVCache:
+    k: jax.Array  # [layers, pages, page_size, kv_heads, head_dim]
+    v: jax.Array  # [layers, pages, page_size, kv_heads, head_dim]
+
+    @property
+    def page_size(self) -> int:
+        return self.k.shape[2]
+
+    def write(self, layer, pages, offsets, k, v) -> KVCache:
+        """The cache with keys and values [tokens, kv_heads, d] at (pages, offsets) of `layer`."""
+        return KVCache(k=self.k.at[layer, pages, offsets].set(k.astype(self.k.dtype)),
+                       v=self.v.at[layer, pages, offsets].set(v.astype(self.v.dtype)))
+
+    def operands(self, layer):
+        """(k_cache, v_cache, layer): what an attention implementation reads for `layer`."""
+        return self.k, self.v, layer
+
+    def copy_pages(self, sources, destinations) -> KVCache:
+        def copy(pages):  # [layers, pages, page_size, kv_heads, head_dim]
+            return pages.at[:, destinations].set(pages[:, sources])
+
+        return KVCache(k=copy(self.k), v=copy(self.v))
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class LayerKVCache:
+    layers: tuple[jax.Array, ...]  # per layer: [pages, page_size, 2 * kv_heads, head_dim]
+
+    @property
+    def page_size(self) -> int:
+        return self.layers[0].shape[1]
+
+    def write(self, layer: int, pages, offsets, k, v) -> LayerKVCache:
+        """As KVCache.write, at a static `layer`."""
+        pages_of_layer = self.layers[layer]
+        written = pages_of_layer.at[pages, offsets].set(interleave(k, v).astype(pages_of_layer.dtype))
+        return LayerKVCache(layers=(*self.layers[:layer], written, *self.layers[layer + 1:]))
+
+    def operands(self, layer: int):
+        """(the layer's pages, None, 0): the interleaved pages hold both keys and values."""
+        return self.layers[layer], None, 0
+
+    def copy_pages(self, sources, destinations) -> LayerKVCache:
+        return LayerKVCache(layers=tuple(pages.at[destinations].set(pages[sources]) for pages in self.layers))
+
+
+def interleave(k, v):
+    """Keys and values [..., kv_heads, d] as [..., 2 * kv_heads, d]: key h at 2h, its value at 2h + 1."""
+    return jnp.stack([k, v], axis=-2).reshape(*k.shape[:-2], 2 * k.shape[-2], k.shape[-1])
+
+
+def kv_cache_shape(model: ModelConfig, engine: EngineConfig) -> tuple[int, ...]:
+    return (model.num_layers, engine.num_pages, engine.page_size, model.num_kv_heads, model.head_dim)
+
+
+def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_layer: bool = False):
+    """A zeroed cache laid out across `mesh` (split along the KV heads where they divide):
+    a KVCache, or a LayerKVCache when `per_layer`."""
+    if per_layer:
+        layers, pages, page_size, kv_heads, head_dim = kv_cache_shape(model, engine)
+        shape = (pages, page_size, 2 * kv_heads, head_dim)
+        zeros = _zeros(shape, engine.dtype, layer_kv_cache_sharding(shape, mesh))
+        return LayerKVCache(layers=tuple(zeros() for _ in range(layers)))
+    shape = kv_cache_shape(model, engine)
+    zeros = _zeros(shape, engine.dtype, kv_cache_sharding(shape, mesh))
+    return KVCache(k=zeros(), v=zeros())
+
+
+def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding):
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+
+
+def kv_cache_bytes(model: ModelConfig, engine: EngineConfig) -> int:
+    """Bytes of K and V together (either layout), for sizing the cache to memory (before an
+    Engine has resolved an "auto" dtype, too)."""
+    num_elements = 1
+    for size in kv_cache_shape(model, engine):
+        num_elements *= size
+    return 2 * num_elements * jnp.dtype(resolve_dtype(engine.dtype)).itemsize
+
+
+COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)
+
+
+def copy_pages(kv_cache: KVCache | LayerKVCache, sources, destinations):
+    """The cache with pages `sources` [n] copied onto `destinations` [n], every layer.
+    Destinations are distinct (fresh pages) apart from padding, which copies page 0 onto itself."""
+    return kv_cache.copy_pages(sources, destinations)

@@ -1,0 +1,302 @@
+"""ModelRunner: packs a step's rows into a bucketed BatchInputs and runs the compiled step.
+
+Every token bucket is compiled ahead of time at start-up (`warmup`), and a step only ever
+calls one of those executables: a shape that was not compiled is an error, not a silent
+recompile in the middle of serving.
+
+One call can run several decode steps (`num_steps`, a runtime value, so it costs no extra
+executable): the compiled step is a loop of forward and sample whose next input is the
+token just sampled, kept on the device (engine/device/batch.py `advance_decode`). The engine asks
+for it when every row of the step is a plain decode; a one-stream decode then pays the
+host's share of a step (scheduling, packing, dispatch, copies, detokenization and the
+HTTP stream's wake-up) once per window instead of once per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from engine.config import EngineConfig, ModelConfig
+from engine.device.attention import attention_for, reads_a_cache_per_layer
+from engine.device.attention import choose as choose_attention
+from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
+from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
+from engine.device.sharding import make_mesh, replicated, served_shardings
+from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
+from engine.device.weights import resolve_dtype, serving_weights
+from engine.models.llama import Llama, layer_loop_for
+from engine.sampling.inputs import fill_row
+from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
+from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
+
+
+class ModelRunner:
+    """Owns the device state (weights, KV cache) and the compiled step of each bucket."""
+
+    def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict, mesh=None):
+        self.model_config = model_config
+        engine_config = dataclasses.replace(engine_config, dtype=resolve_dtype(engine_config.dtype))
+        self.config = engine_config
+        self.mesh = mesh if mesh is not None else make_mesh(engine_config)
+        # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
+        weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
+        weights = jax.device_put(weights, served_shardings(self.mesh, weights))
+        shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
+                 engine_config.page_size)
+        # The kernel's start-up check runs a step of the smallest and of the largest bucket.
+        buckets = tuple((tokens, engine_config.seq_bucket(tokens))
+                        for tokens in (engine_config.token_buckets[0], engine_config.token_buckets[-1]))
+        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets)
+        self.attention = self.attention_choice.in_use
+        attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
+        per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
+        self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
+        self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention, self.layer_loop))
+        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
+        self._abstract_kv_cache = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
+        self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
+                             compiler_options=engine_config.compiler_options)
+        self._compiled: dict[int, Callable] = {}
+        self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
+        self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
+        # On a multi-host leader: publishes each device operation for the followers to
+        # replay (engine/device/multihost.py), before it starts here.
+        self.publish: Callable[[tuple], None] | None = None
+
+    def _forward_and_sample(self, state, kv_cache, batch: BatchInputs, num_steps):
+        """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.
+
+        Returns each round's SampleResult stacked on a leading [max_decode_steps] axis (rounds
+        past `num_steps` are zeros), the first round's prompt logprobs, the inputs of the round
+        after the last (for `dispatch_next`), and the cache."""
+        model = nnx.merge(self.graphdef, state)
+        num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
+
+        def round_(index, carry):
+            kv_cache, batch, results, prompt = carry
+            hidden, kv_cache = model.hidden_states(kv_cache, batch)
+            logits = model.logits(hidden[batch.logits_indices])
+            with jax.named_scope("sampling"):  # named for profiles (tools/gpu_bench.py)
+                result = sample(logits, batch.sampling)
+            # Logits of every token only when some row asked for prompt logprobs (never
+            # after the first round: advance_decode clears next_token_ids).
+            wanted = batch.next_token_ids >= 0
+            prompt = jax.lax.cond(
+                jnp.any(wanted),
+                lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+                lambda: prompt)
+            results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)
+            return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu), results, prompt
+
+        rows = batch.logits_indices.shape[0]
+        one = jax.eval_shape(lambda: sample(jnp.zeros((rows, self.model_config.vocab_size)), batch.sampling))
+        results = jax.tree_util.tree_map(lambda a: jnp.zeros((self.config.max_decode_steps, *a.shape), a.dtype), one)
+        prompt = empty_prompt_logprobs(batch.num_tokens, num_top)
+        kv_cache, batch, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
+        return (results, prompt, batch), kv_cache
+
+    def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None) -> float:
+        """Compile `buckets` (default: every token bucket) now; returns the seconds it took."""
+        started = time.perf_counter()
+        buckets = self.config.token_buckets if buckets is None else buckets
+        for index, bucket in enumerate(buckets, 1):
+            self._compile(bucket)
+            if report:
+                report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens "
+                       f"({time.perf_counter() - started:.1f} s)")
+        return time.perf_counter() - started
+
+    def essential_buckets(self) -> tuple[int, ...]:
+        """The buckets that serve every step: one token (a single stream's decode) and the
+        largest. Until the others are compiled a step runs in the smallest compiled bucket
+        that holds it, padded: correct, only slower."""
+        buckets = self.config.token_buckets
+        return tuple(dict.fromkeys((buckets[0], buckets[-1])))
+
+    def remaining_buckets(self) -> tuple[int, ...]:
+        return tuple(bucket for bucket in self.config.token_buckets if bucket not in self._compiled)
+
+    def bucket_for(self, num_tokens: int) -> int:
+        """The smallest compiled bucket holding `num_tokens` (the smallest bucket at all
+        before anything is compiled: tests and tools run uncompiled through plain jit)."""
+        compiled = [bucket for bucket in self.config.token_buckets if bucket in self._compiled]
+        for bucket in compiled or self.config.token_buckets:
+            if bucket >= num_tokens:
+                return bucket
+        raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.config.token_buckets[-1]}")
+
+    def _compile(self, bucket: int) -> Callable:
+        """The step for `bucket`, compiled from shapes alone: it may run in a background
+        thread while steps run, and the cache arrays it would otherwise read are donated."""
+        if bucket not in self._compiled:
+            sharding = replicated(self.mesh)
+            shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                                            self._empty_batch(bucket))
+            num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
+            lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
+            self._compiled[bucket] = lowered.compile()
+            # Host arrays onto a multi-process mesh pass a small program per shape, whose
+            # collectives every process must run in the same order: so a group compiles
+            # its buckets at start-up only, never beside a step (api/server/lifecycle.py).
+            if jax.process_count() > 1:
+                jax.device_put(self._empty_batch(bucket), sharding)
+        return self._compiled[bucket]
+
+    def _empty_batch(self, bucket: int) -> BatchInputs:
+        return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
+                           self.model_config.vocab_size, self.config.max_model_len, self.config.max_prefill_rows,
+                           self.model_config.hidden_size, min(self.config.max_embedding_rows, bucket))
+
+    def execute(self, rows: list[RowPlan], num_steps: int = 1) -> list[StepOutput]:
+        """Run `num_steps` steps (more than one only for rows that all decode one token, with
+        pages for `num_steps` tokens): each step's sampled tokens (-1 where none), logprobs
+        and state."""
+        return self.collect(self.dispatch(rows, num_steps))
+
+    def dispatch(self, rows: list[RowPlan], num_steps: int = 1) -> InFlight:
+        """Start `num_steps` steps of `rows` on the device and return without waiting."""
+        self._check_steps(num_steps)
+        batch = self.pack(rows)
+        self._publish(("dispatch", batch, num_steps))
+        return self.launch(batch, num_steps, rows)
+
+    def launch(self, batch: BatchInputs, num_steps: int, rows: list[RowPlan] | None = None) -> InFlight:
+        """Start the steps of a packed batch (what `dispatch` does after packing; a multi-host
+        follower starts the leader's batches so)."""
+        compiled = self._compiled.get(batch.num_tokens)
+        if compiled is None:
+            raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
+        device_batch = jax.device_put(batch, replicated(self.mesh))
+        return self._launch(compiled, rows or [], batch, device_batch, num_steps)
+
+    def dispatch_next(self, flight: InFlight, rows: list[RowPlan], num_steps: int) -> InFlight:
+        """Start the decode window that follows `flight`, before its results are back: the
+        same rows, fed on the device by the tokens `flight` samples. `rows` gives only the
+        block tables, which may have grown pages for the new window."""
+        self._check_steps(num_steps)
+        tables = np.zeros(flight.batch.block_tables.shape, np.int32)
+        for index, row in enumerate(rows):
+            tables[index, : len(row.block_table)] = row.block_table
+        self._publish(("dispatch_next", tables, num_steps))
+        return self.launch_next(flight, tables, num_steps, rows)
+
+    def launch_next(self, flight: InFlight, tables: np.ndarray, num_steps: int,
+                    rows: list[RowPlan] | None = None) -> InFlight:
+        device_batch = dataclasses.replace(flight.next_batch, block_tables=jax.device_put(tables, replicated(self.mesh)))
+        return self._launch(self._compiled[flight.batch.num_tokens], rows or [], flight.batch, device_batch, num_steps)
+
+    def _publish(self, operation: tuple) -> None:
+        if self.publish is not None:
+            self.publish(operation)
+
+    def _check_steps(self, num_steps: int) -> None:
+        if not 1 <= num_steps <= self.config.max_decode_steps:
+            raise ValueError(f"num_steps must lie in [1, {self.config.max_decode_steps}]")
+
+    def _launch(self, compiled, rows, batch, device_batch, num_steps) -> InFlight:
+        (results, prompt, next_batch), self.kv_cache = compiled(self.state, self.kv_cache, device_batch,
+                                                                np.int32(num_steps))
+        return InFlight(rows, batch, num_steps, results, prompt, next_batch)
+
+    def collect(self, flight: InFlight) -> list[StepOutput]:
+        """Wait for `flight` and copy its results back. Logprobs (with the sampled tokens' raw
+        logits) come back only when a row asked for either."""
+        rows, num_steps, results = flight.rows, flight.num_steps, flight.results
+        wants_logprobs = any(row.sampling is not None and (row.sampling.params.logprobs is not None
+                                                           or row.sampling.params.output_logits) for row in rows)
+        wants_beams = any(row.sampling is not None and row.sampling.beam_mode for row in rows)
+        wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None,
+                  results.beams if wants_beams else None)
+        # Sliced on the host: slicing device arrays would compile a program per shape.
+        tokens, mirostat_mu, logprobs, beams = jax.tree_util.tree_map(
+            lambda a: np.asarray(a)[:num_steps, : len(rows)], host_copy(wanted))
+        sampled = np.asarray([row.sample for row in rows])
+        prompt_rows = self._prompt_rows(rows, flight.batch, flight.prompt)
+        return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
+                           logprobs=None if logprobs is None else jax.tree_util.tree_map(lambda a: a[step], logprobs),
+                           mirostat_mu=mirostat_mu[step],
+                           prompt_logprobs=prompt_rows if step == 0 else [None] * len(rows),
+                           beams=None if beams is None else jax.tree_util.tree_map(lambda a: a[step], beams))
+                for step in range(num_steps)]
+
+    def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV pages (source, destination) on the device, in dispatch order: after every
+        step dispatched so far, before any dispatched later (beams forking a shared page).
+        COPY_BATCH pairs a call, padded with the null page onto itself: one executable."""
+        if pairs:
+            self._publish(("copy_pages", pairs))
+        for start in range(0, len(pairs), COPY_BATCH):
+            chunk = pairs[start: start + COPY_BATCH]
+            padded = np.zeros((COPY_BATCH, 2), np.int32)
+            padded[: len(chunk)] = chunk
+            self.kv_cache = self._copy_pages(self.kv_cache, padded[:, 0], padded[:, 1])
+
+    @staticmethod
+    def _prompt_rows(rows: list[RowPlan], batch: BatchInputs, prompt) -> list[PromptLogprobs | None]:
+        """Each row's slice of the prompt logprobs (None for rows that did not ask)."""
+        if not (batch.next_token_ids >= 0).any():
+            return [None] * len(rows)
+        prompt = host_copy(prompt)
+        return [jax.tree_util.tree_map(lambda a: np.asarray(a)[span], prompt) if row.next_token_ids is not None
+                else None for row, span in zip(rows, token_spans(rows))]
+
+    def pack(self, rows: list[RowPlan]) -> BatchInputs:
+        """Host arrays for `rows`, padded up to the smallest bucket that holds them.
+
+        Tokens go in the order of `token_spans`; in a bucket of more tokens than rows, the
+        multi-token rows are the batch's dense rows (engine/device/attention/reference.py)."""
+        num_tokens = sum(len(row.token_ids) for row in rows)
+        bucket = self.bucket_for(num_tokens)
+        if len(rows) > self.config.seq_bucket(bucket):
+            raise ValueError(f"{len(rows)} sequences exceed the {bucket}-token bucket's rows")
+        batch = self._empty_batch(bucket)
+        if bucket > self.config.seq_bucket(bucket):
+            multi = [index for index, row in enumerate(rows) if len(row.token_ids) > 1]
+            if len(multi) > self.config.max_prefill_rows:
+                raise ValueError(f"{len(multi)} rows of several tokens exceed max_prefill_rows "
+                                 f"{self.config.max_prefill_rows}")
+            batch.dense_rows[: len(multi)] = multi
+        for index, (row, span) in enumerate(zip(rows, token_spans(rows))):
+            self._pack_row(batch, index, row, span.start)
+        return batch
+
+    def _pack_row(self, batch: BatchInputs, index: int, row: RowPlan, cursor: int) -> None:
+        span = slice(cursor, cursor + len(row.token_ids))
+        positions = row.start + np.arange(len(row.token_ids), dtype=np.int32)
+        table = np.asarray(row.block_table, dtype=np.int32)
+        batch.token_ids[span] = row.token_ids
+        batch.positions[span] = positions
+        batch.token_rows[span] = index
+        batch.context_lens[span] = row.start
+        if row.next_token_ids is not None:
+            batch.next_token_ids[span] = row.next_token_ids
+        batch.block_tables[index, : len(table)] = table
+        batch.logits_indices[index] = span.stop - 1
+        if row.sampling is not None:
+            position = row.start + len(row.token_ids)  # of the token being sampled
+            fill_row(batch.sampling, index, row.sampling, position, self.model_config.vocab_size)
+        if row.embeddings:
+            pack_embeddings(batch, row.embeddings, cursor - row.start)
+
+    def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
+        """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.
+
+        For tests and prompt scoring: it runs through plain jit, outside the warmed-up buckets."""
+        batch = self.pack(rows)
+        device_batch = jax.device_put(batch, replicated(self.mesh))
+        logits, self.kv_cache = self._all_logits(self.state, self.kv_cache, device_batch)
+        logits = np.asarray(logits, dtype=np.float32)
+        return np.concatenate([logits[span] for span in token_spans(rows)])
+
+    def _logits_of_every_token(self, state, kv_cache, batch: BatchInputs):
+        model = nnx.merge(self.graphdef, state)
+        hidden, kv_cache = model.hidden_states(kv_cache, batch)
+        return model.logits(hidden), kv_cache

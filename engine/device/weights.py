@@ -1,0 +1,142 @@
+"""The served weights: the checkpoint's pytree (engine/models/params.py) prepared once for the step.
+
+Two changes from the checkpoint layout, made at load time:
+- **Fused projections.** q, k and v become one [q + 2 kv, hidden] matrix (`wqkv`), gate and
+  up one [2 intermediate, hidden] matrix (`w_gate_up`): a step runs one matmul where it
+  ran three and two, so XLA's CPU backend reads each token's activations once per matrix
+  and pays its per-op overhead fewer times.
+- **int8 quantization** (`EngineConfig.quantization == "int8"`): every projection of the
+  layers is stored as int8 with one float32 scale per group of 64 inputs of each output
+  row (symmetric: scale = max |w| / 127 over the group). A quarter of float32's bytes,
+  which is what a one-token step is bound by. The step widens them to float32 as it
+  multiplies (engine/models/llama.py `linear`): activations stay in float32.
+
+Why groups, and why the embedding and output head stay in float32: one scale per row, or
+an int8 head, moved SmolLM2's top-1 prediction away from float32's at more than 5% of the
+positions of tests/engine/test_quantization.py's text; so did int8 activations (s8 x s8
+dots), at 12%. BENCHMARKS.md has the figures. Norms, biases and RoPE factors are small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from engine.config import AUTO, QUANTIZATIONS, ModelConfig
+
+# Served name -> the checkpoint names it concatenates (along the output rows), in order.
+FUSED = {
+    "wqkv": ("wq", "wk", "wv"),
+    "bqkv": ("bq", "bk", "bv"),
+    "w_gate_up": ("w_gate", "w_up"),
+}
+QUANTIZED_LAYER_WEIGHTS = ("wqkv", "wo", "w_gate_up", "w_down")
+
+# The logical axes of each served weight (engine/device/sharding.py maps them onto the mesh).
+SERVED_AXES = {
+    "embed": ("vocab", "embed"),
+    "lm_head": ("vocab", "embed"),
+    "final_norm": (None,),
+    "rope_freq_factors": (None,),
+    "attn_norm": ("layers", None),
+    "wqkv": ("layers", "heads", "embed"),
+    "bqkv": ("layers", "heads"),
+    "q_norm": ("layers", None),
+    "k_norm": ("layers", None),
+    "wo": ("layers", "embed", "heads"),
+    "mlp_norm": ("layers", None),
+    "w_gate_up": ("layers", "mlp", "embed"),
+    "w_down": ("layers", "embed", "mlp"),
+}
+
+
+GROUP_SIZE = 64  # inputs sharing one scale; a row whose width it does not divide is one group
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class Int8Weight:
+    """A matrix [..., out, in] as int8 values and a float32 scale per group of inputs."""
+
+    values: jax.Array  # int8 [..., out, in]
+    scales: jax.Array  # float32 [..., out, in // group]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+
+def group_size(width: int) -> int:
+    return GROUP_SIZE if width % GROUP_SIZE == 0 else width
+
+
+@jax.jit
+def quantize_int8(matrix) -> Int8Weight:
+    """Symmetric int8 per group: each group's largest magnitude maps to 127."""
+    width = matrix.shape[-1]
+    groups = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], width // group_size(width), group_size(width))
+    scales = jnp.max(jnp.abs(groups), axis=-1) / 127.0
+    safe = jnp.where(scales > 0, scales, 1.0)
+    values = jnp.clip(jnp.round(groups / safe[..., None]), -127, 127).astype(jnp.int8)
+    return Int8Weight(values=values.reshape(matrix.shape), scales=scales)
+
+
+def dequantize(weight, dtype=jnp.float32) -> jax.Array:
+    """The matrix a weight stands for, in `dtype` (a float weight is returned as it is)."""
+    if not isinstance(weight, Int8Weight):
+        return weight
+    values, scales = weight.values, weight.scales
+    groups = values.reshape(*scales.shape, -1).astype(dtype) * scales[..., None].astype(dtype)
+    return groups.reshape(values.shape)
+
+
+def resolve_dtype(requested: str) -> str:
+    """`requested`, or for "auto": float32 on a CPU backend (XLA's CPU dots are fastest in
+    it), bfloat16 on accelerators (half the bytes a memory-bound step reads, and the
+    attention kernel's type)."""
+    if requested != AUTO:
+        return requested
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+
+
+def resolve_quantization(requested: str, source_format: str) -> str:
+    """`requested`, or for "auto": int8 on a CPU backend for a GGUF checkpoint, else none.
+
+    A GGUF file's weights are usually stored at 8 bits or fewer already (the embedded
+    SmolLM2 at 4), and the quality gate in tests/engine/test_quantization.py holds for the
+    embedded model; a one-token CPU step is bound by the bytes of weights it reads. On
+    GPUs and for float checkpoints, auto keeps the checkpoint's precision."""
+    if requested != AUTO:
+        return requested
+    return "int8" if jax.default_backend() == "cpu" and source_format == "gguf" else "none"
+
+
+def fuse_layers(layers: dict) -> dict:
+    """The layer weights with q/k/v (and their biases) and gate/up concatenated."""
+    fused = dict(layers)
+    for served, parts in FUSED.items():
+        if all(part in fused for part in parts):
+            fused[served] = jnp.concatenate([jnp.asarray(fused.pop(part)) for part in parts], axis=1)
+    return fused
+
+
+def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization: str = "none") -> dict:
+    """The served pytree for checkpoint `params` (host or device arrays), in `dtype`."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
+    cast = lambda array: jnp.asarray(array).astype(dtype)  # noqa: E731
+    layers = {name: cast(value) for name, value in fuse_layers(params["layers"]).items()}
+    weights = {name: cast(value) for name, value in params.items() if name != "layers"}
+    if quantization == "int8":
+        for name in QUANTIZED_LAYER_WEIGHTS:
+            layers[name] = quantize_int8(layers[name])
+    weights["layers"] = layers
+    return weights
+
+
+def served_axes(name: str) -> tuple[str | None, ...]:
+    """Logical axes of a served weight; an int8 weight's scales [..., out, groups] have its axes."""
+    return SERVED_AXES[name]
+

@@ -1,0 +1,101 @@
+"""Decode windows: several decode steps in one device call, then their outputs in order.
+
+When every row of a step decodes one token, the runner can run up to
+`EngineConfig.max_decode_steps` rounds of forward and sample in one call (engine/device/runner.py).
+This module decides how many, and replays the rounds through the output stage one at a
+time, so stop strings, end tokens and limits apply exactly as for single steps: a sequence
+that stops inside the window finishes there, and its later tokens are discarded with the
+KV slots they were written to (its pages are freed as it finishes).
+
+A row rules the window out when the host must see each token before the next is drawn:
+its allowed-token mask changes with the output (a grammar, forced tokens, bad words, n-gram
+bans, end tokens still banned by min_tokens, or a thinking section's first token or budget), or it is a beam, whose next token the host
+picks (engine/host/beam_search.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from engine.host.block_manager import BlockManager
+from engine.host.request import RequestOutput
+from engine.host.scheduler import ScheduledSequence, SchedulerOutput
+from engine.host.sequence import Sequence, SequenceStatus
+from engine.sampling.masks import stop_bans
+from engine.text.reasoning import steps_with_fixed_mask
+
+
+def window_steps(scheduled: SchedulerOutput, max_steps: int, max_model_len: int) -> int:
+    """How many decode steps this step may run at once (1: an ordinary step)."""
+    return max(window_limit(scheduled, max_steps, max_model_len), 1)
+
+
+def window_limit(scheduled: SchedulerOutput, max_steps: int, max_model_len: int, ahead: int = 0) -> int:
+    """The most decode steps a window of `scheduled` may run, `ahead` steps after the ones
+    the host has seen (a window dispatched behind one still in flight); 0: no window."""
+    if not all(item.num_new_tokens == 1 and item.needs_sample for item in scheduled.scheduled):
+        return 0
+    steps = max_steps
+    for item in scheduled.scheduled:
+        seq = item.seq
+        if seq.status is not SequenceStatus.RUNNING or not mask_is_fixed(seq):
+            return 0
+        # No window runs past a row's max_tokens or max_model_len: those tokens would be waste.
+        steps = min(steps, seq.stop.max_tokens - seq.num_output_tokens - ahead,
+                    max_model_len - seq.num_tokens - ahead)
+        room = steps_with_fixed_mask(seq)  # nor past a thinking budget: its forced tokens need the host
+        if room is not None:
+            steps = min(steps, room - ahead)
+    return max(steps, 0)
+
+
+def mask_is_fixed(seq: Sequence) -> bool:
+    """Whether the row's allowed tokens stay as they are (all, or all but a thinking
+    section's start tag) for every step of a window."""
+    params = seq.sampling
+    if seq.matcher is not None or seq.beam is not None or params.bad_word_tokens or params.no_repeat_ngram_size:
+        return False
+    if seq.num_output_tokens < len(params.forced_output_tokens) or steps_with_fixed_mask(seq) == 0:
+        return False
+    return not stop_bans(seq.num_output_tokens, seq.stop.min_tokens, seq.num_tokens,
+                         seq.stop.min_total_tokens or None, seq.end_token_ids)
+
+
+def reserve_window(block_manager: BlockManager, scheduled: SchedulerOutput, num_steps: int) -> bool:
+    """Pages for `num_steps` tokens of every row (the scheduler reserved one); False, and
+    nothing taken, when the free pool cannot cover them all."""
+    seqs = [item.seq for item in scheduled.scheduled]
+    if block_manager.num_missing_pages(seqs, num_steps) > block_manager.num_free_pages:
+        return False
+    for seq in seqs:
+        block_manager.append(seq, num_steps)
+    return True
+
+
+def window_round(scheduled: SchedulerOutput, index: int) -> SchedulerOutput:
+    """Round `index` of a window, as the step it stands for: each row one token further."""
+    return SchedulerOutput(scheduled=[
+        ScheduledSequence(item.seq, 1, item.start + index, True) for item in scheduled.scheduled])
+
+
+def merge_outputs(outputs: list[RequestOutput]) -> list[RequestOutput]:
+    """One output per request, in first-appearance order: tokens, text, logprobs and logits joined,
+    the latest counts and finish state kept."""
+    merged: dict[str, RequestOutput] = {}
+    for output in outputs:
+        earlier = merged.get(output.request_id)
+        merged[output.request_id] = output if earlier is None else joined(earlier, output)
+    return list(merged.values())
+
+
+def joined(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
+    logprobs = None
+    if earlier.logprobs is not None or later.logprobs is not None:
+        logprobs = (earlier.logprobs or []) + (later.logprobs or [])
+    logits = None
+    if earlier.logits is not None or later.logits is not None:
+        logits = (earlier.logits or []) + (later.logits or [])
+    return dataclasses.replace(
+        later, new_token_ids=earlier.new_token_ids + later.new_token_ids, text=earlier.text + later.text,
+        reasoning_text=earlier.reasoning_text + later.reasoning_text,
+        logprobs=logprobs, prompt_logprobs=earlier.prompt_logprobs or later.prompt_logprobs, logits=logits)
