@@ -13,7 +13,7 @@ QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/device/weight
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/device/attention's implementations
 SCAN, UNROLLED = "scan", "unrolled"
-LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/llama.py)
+LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/layers.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
 
 
@@ -29,7 +29,8 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The shape of a Llama-family model. Comes from the checkpoint's config or metadata."""
+    """The shape of a model, and the features of its family (engine/models/). Comes from the
+    checkpoint's config or metadata."""
 
     vocab_size: int
     hidden_size: int
@@ -47,6 +48,7 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (Qwen3)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    family: str = "llama"  # the registry's key (engine/models/__init__.py): the forward pass and weight layout
 
     @property
     def q_size(self) -> int:
@@ -89,7 +91,7 @@ class EngineConfig:
     quantization: str = "none"  # "int8": int8 layer weights (engine/device/weights.py); "auto" resolves in Engine
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/device/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
-    layer_loop: str = "auto"  # engine/models/llama.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
+    layer_loop: str = "auto"  # engine/models/layers.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
     enable_prefix_caching: bool = True
     max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/device/attention/reference.py)
     max_decode_steps: int = 8  # decode steps one device call may run (engine/device/runner.py); 1: one per call

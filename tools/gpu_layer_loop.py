@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.config import SCAN, UNROLLED, ModelConfig
-from engine.models.llama import layer_weights, linear
+from engine.models.layers import layer_weights, linear
 
 FORMS = (SCAN, UNROLLED)  # engine/models/llama.py's layer loops
 

@@ -31,7 +31,8 @@ from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
 from engine.device.sharding import make_mesh, replicated, served_shardings
 from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
 from engine.device.weights import resolve_dtype, serving_weights
-from engine.models.llama import Llama, layer_loop_for
+from engine.models import family_of
+from engine.models.layers import layer_loop_for
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
@@ -58,7 +59,8 @@ class ModelRunner:
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
         self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
-        self.graphdef, self.state = nnx.split(Llama(model_config, weights, attention, self.layer_loop))
+        self.graphdef, self.state = nnx.split(family_of(model_config).decoder(model_config, weights, attention,
+                                                                               self.layer_loop))
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)

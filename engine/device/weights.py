@@ -9,7 +9,7 @@ Two changes from the checkpoint layout, made at load time:
   layers is stored as int8 with one float32 scale per group of 64 inputs of each output
   row (symmetric: scale = max |w| / 127 over the group). A quarter of float32's bytes,
   which is what a one-token step is bound by. The step widens them to float32 as it
-  multiplies (engine/models/llama.py `linear`): activations stay in float32.
+  multiplies (engine/models/layers.py `linear`): activations stay in float32.
 
 Why groups, and why the embedding and output head stay in float32: one scale per row, or
 an int8 head, moved SmolLM2's top-1 prediction away from float32's at more than 5% of the

@@ -22,32 +22,9 @@ import gguf
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.models import family_for_gguf, family_of
+from engine.models.family import TensorNames
 from engine.models.params import param_specs
-
-# general.architecture -> (ModelConfig features, whether Q and K rows are permuted).
-ARCHITECTURES = {
-    "llama": ({}, True),  # Llama 2/3, SmolLM2, Mistral: all converted as llama
-    "qwen2": ({"attention_bias": True}, False),
-    "qwen3": ({"qk_norm": True}, False),
-}
-
-# Layout name -> GGUF name inside blk.{i}.
-LAYER_TENSORS = {
-    "attn_norm": "attn_norm.weight",
-    "wq": "attn_q.weight",
-    "wk": "attn_k.weight",
-    "wv": "attn_v.weight",
-    "wo": "attn_output.weight",
-    "bq": "attn_q.bias",
-    "bk": "attn_k.bias",
-    "bv": "attn_v.bias",
-    "q_norm": "attn_q_norm.weight",
-    "k_norm": "attn_k_norm.weight",
-    "mlp_norm": "ffn_norm.weight",
-    "w_gate": "ffn_gate.weight",
-    "w_up": "ffn_up.weight",
-    "w_down": "ffn_down.weight",
-}
 
 # ggml types that gguf.quants.dequantize leaves out because they are plain numbers.
 _PLAIN_TYPES = {
@@ -72,7 +49,8 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
 
     `tensor_names` decides tie_word_embeddings: a tied model has no `output.weight`.
     """
-    arch = _architecture(fields)
+    arch = _value(fields, "general.architecture")
+    family = family_for_gguf(arch)
 
     def get(key: str, default=_REQUIRED):
         return _value(fields, f"{arch}.{key}", default)
@@ -81,7 +59,7 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
     head_dim = int(get("attention.key_length", hidden // num_heads))
     _refuse_partial_rotary(get("rope.dimension_count", head_dim), head_dim)
     _refuse_rope_scaling(get("rope.scaling.type", None), get("rope.scaling.factor", 1.0))
-    return ModelConfig(
+    shared = dict(
         vocab_size=_vocab_size(fields, get("vocab_size", None)),
         hidden_size=hidden,
         intermediate_size=int(get("feed_forward_length")),
@@ -95,16 +73,9 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
         tie_word_embeddings="output.weight" not in tensor_names,
         bos_token_id=_optional_int(_value(fields, "tokenizer.ggml.bos_token_id", None)),
         eos_token_ids=_end_token_ids(fields),
-        **ARCHITECTURES[arch][0],
+        family=family.name,
     )
-
-
-def _architecture(fields: Mapping) -> str:
-    arch = _value(fields, "general.architecture")
-    if arch not in ARCHITECTURES:
-        supported = ", ".join(ARCHITECTURES)
-        raise ValueError(f"unsupported GGUF architecture {arch!r}; Flint runs {supported}")
-    return arch
+    return ModelConfig(**{**shared, **family.gguf_features(get, arch)})
 
 
 def _optional_int(value) -> int | None:
@@ -171,7 +142,9 @@ def dequantize(tensor) -> np.ndarray:
 def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
     """The float32 weights pytree (engine/models/params.py layout) from an open GGUF file."""
     tensors = {t.name: t for t in reader.tensors}
-    permuted = ARCHITECTURES[_architecture(reader.fields)][1]
+    family, specs = family_of(config), param_specs(config)
+    permuted = _value(reader.fields, "general.architecture") in family.gguf_permuted_qk
+    names = family.gguf_tensors
     _refuse_unused(tensors, config)
 
     def read(name: str, heads: int | None = None) -> np.ndarray:
@@ -182,27 +155,20 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
             array = unpermute_rows(array, heads)
         return array
 
-    params = {
-        "embed": np.array(read("token_embd.weight")),
-        "final_norm": np.array(read("output_norm.weight")),
-        "layers": {name: _stack(read, config, name, permuted)
-                   for name in param_specs(config)["layers"]},
-    }
-    if not config.tie_word_embeddings:
-        params["lm_head"] = np.array(read("output.weight"))
-    if "rope_freqs.weight" in tensors:
-        params["rope_freq_factors"] = np.array(read("rope_freqs.weight"))
+    params = {name: np.array(read(names.top[name])) for name in specs if name != "layers"}
+    params["layers"] = {name: _stack(read, config, names, name, permuted) for name in specs["layers"]}
+    if names.top.get("rope_freq_factors") in tensors:
+        params["rope_freq_factors"] = np.array(read(names.top["rope_freq_factors"]))
     return params
 
 
-def _stack(read, config: ModelConfig, name: str, permuted: bool) -> np.ndarray:
-    gguf_name = LAYER_TENSORS[name]
+def _stack(read, config: ModelConfig, names: TensorNames, name: str, permuted: bool) -> np.ndarray:
     heads = None
     if permuted and name == "wq":
         heads = config.num_heads
     elif permuted and name == "wk":
         heads = config.num_kv_heads
-    layers = [read(f"blk.{i}.{gguf_name}", heads) for i in range(config.num_layers)]
+    layers = [read(names.layer_name(name, i), heads) for i in range(config.num_layers)]
     return np.ascontiguousarray(np.stack(layers))
 
 
@@ -219,9 +185,9 @@ def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def _refuse_unused(tensors: Mapping, config: ModelConfig) -> None:
-    expected = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"}
-    expected |= {f"blk.{i}.{LAYER_TENSORS[name]}"
-                 for i in range(config.num_layers) for name in param_specs(config)["layers"]}
+    names, specs = family_of(config).gguf_tensors, param_specs(config)
+    expected = set(names.top.values())
+    expected |= {names.layer_name(name, i) for i in range(config.num_layers) for name in specs["layers"]}
     unused = sorted(name for name in tensors if name not in expected)
     if unused:
         raise ValueError(f"GGUF file has tensors this model does not use: {', '.join(unused[:5])}")

@@ -17,46 +17,20 @@ import numpy as np
 from safetensors import safe_open
 
 from engine.config import ModelConfig, RopeScaling
+from engine.models import family_for_hf, family_of
+from engine.models.family import TensorNames
 from engine.models.params import param_specs
-
-# Architecture name -> the ModelConfig features that architecture always has.
-ARCHITECTURES = {
-    "LlamaForCausalLM": {},  # Llama 2/3, SmolLM2
-    "MistralForCausalLM": {},
-    "Qwen2ForCausalLM": {"attention_bias": True},  # Qwen2 always biases q, k and v
-    "Qwen3ForCausalLM": {"qk_norm": True},
-}
-
-# Layout name -> HF name inside model.layers.{i}.
-LAYER_TENSORS = {
-    "attn_norm": "input_layernorm.weight",
-    "wq": "self_attn.q_proj.weight",
-    "wk": "self_attn.k_proj.weight",
-    "wv": "self_attn.v_proj.weight",
-    "wo": "self_attn.o_proj.weight",
-    "bq": "self_attn.q_proj.bias",
-    "bk": "self_attn.k_proj.bias",
-    "bv": "self_attn.v_proj.bias",
-    "q_norm": "self_attn.q_norm.weight",
-    "k_norm": "self_attn.k_norm.weight",
-    "mlp_norm": "post_attention_layernorm.weight",
-    "w_gate": "mlp.gate_proj.weight",
-    "w_up": "mlp.up_proj.weight",
-    "w_down": "mlp.down_proj.weight",
-}
-
-# Non-persistent buffers some older checkpoints saved; recomputed by the model.
-IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def config_from_hf(config_json: dict) -> ModelConfig:
-    """The ModelConfig of a Hugging Face `config.json`; ValueError for what Flint cannot run."""
+    """The ModelConfig of a Hugging Face `config.json`; ValueError for what Flint cannot run.
+
+    The shared fields are read here; the family (engine/models/) adds or overrides its own."""
     c = config_json
-    architecture = _architecture(c)
-    _refuse_extra_biases(c, architecture)
+    family, architecture = family_for_hf(c.get("architectures") or [])
     hidden, num_heads = c["hidden_size"], c["num_attention_heads"]
     rope = c.get("rope_parameters") or {}  # transformers 5 moved rope settings here
-    return ModelConfig(
+    shared = dict(
         vocab_size=c["vocab_size"],
         hidden_size=hidden,
         intermediate_size=c["intermediate_size"],
@@ -67,32 +41,13 @@ def config_from_hf(config_json: dict) -> ModelConfig:
         rms_norm_eps=c.get("rms_norm_eps", 1e-6),
         rope_theta=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
         rope_scaling=_rope_scaling(c.get("rope_scaling") or rope or None),
-        max_position_embeddings=_max_positions(c, architecture),
+        max_position_embeddings=int(c.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
         bos_token_id=c.get("bos_token_id"),
         eos_token_ids=_token_ids(c.get("eos_token_id")),
-        **ARCHITECTURES[architecture],
+        family=family.name,
     )
-
-
-def _architecture(c: dict) -> str:
-    names = c.get("architectures") or []
-    for name in names:
-        if name in ARCHITECTURES:
-            return name
-    raise ValueError(
-        f"unsupported architecture {', '.join(names) or '(none named in config.json)'}; "
-        f"Flint runs {', '.join(ARCHITECTURES)}"
-    )
-
-
-def _refuse_extra_biases(c: dict, architecture: str) -> None:
-    # Llama's and Qwen3's attention_bias also biases o_proj, and mlp_bias the MLP: the
-    # weights layout has no place for either.
-    if architecture != "Qwen2ForCausalLM" and c.get("attention_bias"):
-        raise ValueError(f"{architecture} with attention_bias=true is not supported")
-    if c.get("mlp_bias"):
-        raise ValueError(f"{architecture} with mlp_bias=true is not supported")
+    return ModelConfig(**{**shared, **family.hf_features(c, architecture)})
 
 
 def _rope_scaling(scaling: dict | None) -> RopeScaling | None:
@@ -109,18 +64,6 @@ def _rope_scaling(scaling: dict | None) -> RopeScaling | None:
         high_freq_factor=float(scaling["high_freq_factor"]),
         original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
     )
-
-
-def _max_positions(c: dict, architecture: str) -> int:
-    positions = int(c.get("max_position_embeddings", 2048))
-    # Attention here is always full. Within the sliding window full attention is exact, so
-    # a model with a smaller window is served with its context capped to that window.
-    window = c.get("sliding_window")
-    # Qwen configs switch the window on explicitly; Mistral's applies whenever it is set.
-    uses_window = c.get("use_sliding_window", architecture == "MistralForCausalLM")
-    if window and uses_window:
-        positions = min(positions, int(window))
-    return positions
 
 
 def _token_ids(value: int | list[int] | None) -> tuple[int, ...]:
@@ -151,28 +94,24 @@ def load_hf_params(directory: str | Path, config: ModelConfig) -> dict:
 
 
 def _read_params(read, config: ModelConfig) -> dict:
-    params = {
-        "embed": read("model.embed_tokens.weight"),
-        "final_norm": read("model.norm.weight"),
-        "layers": {name: _stack(read, config, name) for name in param_specs(config)["layers"]},
-    }
-    if not config.tie_word_embeddings:
-        params["lm_head"] = read("lm_head.weight")
+    names = family_of(config).hf_tensors
+    specs = param_specs(config)
+    params = {name: read(names.top[name]) for name in specs if name != "layers"}
+    params["layers"] = {name: _stack(read, config, names, name) for name in specs["layers"]}
     return params
 
 
-def _stack(read, config: ModelConfig, name: str) -> np.ndarray:
-    hf_name = LAYER_TENSORS[name]
-    layers = [read(f"model.layers.{i}.{hf_name}") for i in range(config.num_layers)]
+def _stack(read, config: ModelConfig, names: TensorNames, name: str) -> np.ndarray:
+    layers = [read(names.layer_name(name, i)) for i in range(config.num_layers)]
     return np.ascontiguousarray(np.stack(layers))
 
 
 def _refuse_unused(files: dict[str, Path], config: ModelConfig) -> None:
-    expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
-    expected |= {f"model.layers.{i}.{LAYER_TENSORS[name]}"
-                 for i in range(config.num_layers) for name in param_specs(config)["layers"]}
-    # A tied checkpoint may still carry lm_head.weight (a copy of the embedding): harmless.
-    unused = sorted(n for n in files if n not in expected and not n.endswith(IGNORED_SUFFIXES))
+    family, specs = family_of(config), param_specs(config)
+    names = family.hf_tensors
+    expected = set(names.top.values())  # a tied checkpoint may still carry lm_head.weight: harmless
+    expected |= {names.layer_name(name, i) for i in range(config.num_layers) for name in specs["layers"]}
+    unused = sorted(n for n in files if n not in expected and not n.endswith(family.hf_ignored_suffixes))
     if unused:
         raise ValueError(f"checkpoint has tensors this model does not use: {', '.join(unused[:5])}")
 

@@ -1,160 +1,56 @@
-"""The Llama family in Flax NNX: Llama 2/3, SmolLM2, Mistral, Qwen2 (qkv bias), Qwen3 (qk-norm).
+"""The Llama family: Llama 2/3 and SmolLM2, and the decoder Qwen2, Qwen3 and Mistral share.
 
+A pre-norm decoder: RMSNorm, attention with RoPE (optionally biased q/k/v, optionally
+RMSNorm over each head of q and k), a residual add, RMSNorm, a SwiGLU MLP, a residual add.
 The module holds the served weights (stacked over layers, with fused projections and
-optionally int8, see engine/device/weights.py) as nnx.Params;
-calling it runs one forward over a ragged batch and the paged KV cache.
+optionally int8, see engine/device/weights.py) as nnx.Params; calling it runs one forward
+over a ragged batch and the paged KV cache. For jit, the runner splits the module into a
+static graph and a state pytree and merges them inside the jitted step, so the step stays
+a pure function of (weights, cache, batch).
 
-The layer loop takes the form that measures best on the backend (`layer_loop_for`):
-- "scan": a `lax.scan` over the stacked weights, compiled once instead of once per layer.
-  On the CPU it is the fastest form (27 against 161 ms for an unrolled loop at batch 1,
-  SmolLM2 in float32).
-- "unrolled": a Python loop that reads layer i as `stacked[i]`, a static slice. XLA's GPU
-  backend copies each layer's weights out of the stack before a scan's matmuls read them
-  (55% of an 8B decode step on an H100); a static slice is read where it lies.
-For jit, the runner splits the module into a static graph and a state pytree and merges
-them inside the jitted step, so the step stays a pure function of (weights, cache, batch).
+Another family reuses this decoder by overriding its stages: `embed`, `layer`, `final_norm`
+and `logits` (engine/models/gemma.py does).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from engine.config import AUTO, LAYER_LOOPS, SCAN, UNROLLED, ModelConfig, RopeScaling
-from engine.device.attention import Attention, reference_attention
+from engine.config import SCAN, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
-from engine.device.kv_cache import KVCache, LayerKVCache
-from engine.device.weights import Int8Weight, dequantize
+from engine.models.family import Family, ParamSpec, TensorNames
+from engine.models.layers import (
+    Layers,
+    layer_weights,
+    linear,
+    mlp,
+    param_value,
+    project_qkv,
+    replace_embeddings,
+    rms_norm,
+    rope_inv_freq,
+)
 
-AnyKVCache = KVCache | LayerKVCache  # stacked, or a layer per array (engine/device/kv_cache.py)
+if TYPE_CHECKING:  # the cache's sharding reads the registry, which imports this module
+    from engine.device.attention import Attention
+    from engine.device.kv_cache import KVCache, LayerKVCache
 
-
-def linear(x, weight):
-    """x [t, in] times a weight stored [out, in] (float, or Int8Weight)."""
-    if isinstance(weight, Int8Weight):
-        weight = dequantize(weight, x.dtype)  # widened inside the product
-    if x.shape[0] == 1:
-        # A matrix-vector product. jax 0.11's CPU backend runs `x @ W.T` at one row several
-        # times slower than this form (1.4 against 0.2 ms for SmolLM2's 3072 x 576 in float32).
-        return jnp.einsum("ti,oi->to", materialized(x), weight)
-    return x @ weight.T
-
-
-def materialized(x):
-    """x, computed into a buffer of its own before a matrix-vector product reads it.
-
-    XLA's CPU backend fuses the ops that compute a matrix-vector product's vector into the
-    product, and then recomputes them for every output row: the attention epilogue before
-    wo cost 5.5 ms of a 16 ms one-token step. A reduction is never fused that way, so x goes
-    through one (over a stack of x and zeros: exact, and optimization_barrier is dropped
-    before fusion on this backend)."""
-    return jnp.stack([x, jnp.zeros_like(x)]).sum(axis=0)
-
-
-def rms_norm(x, weight, eps: float):
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (normed * weight).astype(x.dtype)
-
-
-def llama3_scaled(inv_freq, scaling: RopeScaling):
-    """Llama 3.1's rescaling: long wavelengths slowed by `factor`, short ones kept, blended between."""
-    wavelen = 2 * math.pi / inv_freq
-    old_context = scaling.original_max_position_embeddings
-    low_freq_wavelen = old_context / scaling.low_freq_factor
-    high_freq_wavelen = old_context / scaling.high_freq_factor
-    blend = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
-    blended = (1 - blend) * inv_freq / scaling.factor + blend * inv_freq
-    scaled = jnp.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
-    is_between = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
-    return jnp.where(is_between, blended, scaled)
-
-
-def rope_inv_freq(config: ModelConfig, freq_factors=None):
-    """Inverse frequencies [head_dim // 2] of the rotary embedding."""
-    exponents = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
-    inv_freq = 1.0 / (config.rope_theta**exponents)
-    if config.rope_scaling is not None:
-        inv_freq = llama3_scaled(inv_freq, config.rope_scaling)
-    if freq_factors is not None:
-        inv_freq = inv_freq / freq_factors
-    return inv_freq
-
-
-def apply_rope(x, positions, inv_freq):
-    """Rotate [t, heads, d] by position, the first half of each head against the second."""
-    angles = positions[:, None].astype(jnp.float32) * inv_freq[None, :]  # [t, d/2]
-    cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
-
-
-class QuantizedParam(nnx.Module):
-    """An Int8Weight's two arrays as parameters (nnx keeps arrays, not dataclasses)."""
-
-    def __init__(self, weight: Int8Weight):
-        self.values = nnx.Param(weight.values)
-        self.scales = nnx.Param(weight.scales)
-
-    def weight(self) -> Int8Weight:
-        return Int8Weight(values=self.values[...], scales=self.scales[...])
-
-
-def as_param(value):
-    return QuantizedParam(value) if isinstance(value, Int8Weight) else nnx.Param(value)
-
-
-def param_value(param):
-    if param is None:
-        return None
-    return param.weight() if isinstance(param, QuantizedParam) else param[...]
-
-
-class Layers(nnx.Module):
-    """The decoder layers' weights (engine/device/weights.py), each stacked on a leading [layers] axis."""
-
-    def __init__(self, weights: dict):
-        for name, value in weights.items():
-            setattr(self, name, as_param(value))
-
-    def stacked(self) -> dict:
-        return {name: param_value(param) for name, param in vars(self).items()
-                if isinstance(param, (nnx.Param, QuantizedParam))}
-
-
-def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) -> str:
-    """The layer loop `requested` stands for on `backend` ("cpu", "gpu", "tpu"): auto is an
-    unrolled loop on GPUs and a scan elsewhere (the module's docstring says why), and always
-    unrolled over a cache kept as an array per layer (engine/device/kv_cache.py LayerKVCache),
-    which a scan cannot carry."""
-    if requested not in LAYER_LOOPS:
-        raise ValueError(f"layer_loop must be one of {', '.join(LAYER_LOOPS)}, not {requested!r}")
-    if cache_per_layer:
-        if requested == SCAN:
-            raise ValueError("layer_loop scan cannot carry a KV cache kept as an array per layer (the TPU "
-                             "kernel's): use unrolled, or auto")
-        return UNROLLED
-    if requested != AUTO:
-        return requested
-    return UNROLLED if backend == "gpu" else SCAN
-
-
-def layer_weights(stacked: dict, index: int) -> dict:
-    """Layer `index`'s weights out of the stacked ones, by static slices."""
-    return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
+    AnyKVCache = KVCache | LayerKVCache  # stacked, or a layer per array (engine/device/kv_cache.py)
 
 
 class Llama(nnx.Module):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/device/weights.py."""
 
-    def __init__(self, config: ModelConfig, weights: dict, attention: Attention = reference_attention,
-                 layer_loop: str = SCAN):
+    def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN):
         self.config = config
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
-        self.layer_loop = layer_loop  # SCAN or UNROLLED (layer_loop_for)
+        self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.embed = nnx.Param(weights["embed"])
         self.final_norm = nnx.Param(weights["final_norm"])
         self.lm_head = nnx.Param(weights["lm_head"]) if "lm_head" in weights else None
@@ -168,69 +64,168 @@ class Llama(nnx.Module):
 
     def hidden_states(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
-        config = self.config
-        inv_freq = rope_inv_freq(config, param_value(self.rope_freq_factors))
-        x = replace_embeddings(self.embed[...][batch.token_ids], batch.embedding_rows, batch.embedding_token_index)
+        x = replace_embeddings(self.embed_tokens(batch.token_ids), batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
-        pages, offsets = slots // kv_cache.page_size, slots % kv_cache.page_size
-
-        def layer(x, cache, index, weights):
-            h = rms_norm(x, weights["attn_norm"], config.rms_norm_eps)
-            q, k, v = project_qkv(config, h, weights, batch.positions, inv_freq)
-            cache = cache.write(index, pages, offsets, k, v)
-            k_cache, v_cache, cache_layer = cache.operands(index)
-            with jax.named_scope("attention"):  # named for profiles (tools/gpu_bench.py)
-                attn = self.attention(q, k, v, k_cache, v_cache, cache_layer, batch,
-                                      1.0 / math.sqrt(config.head_dim))
-            x = x + linear(attn.reshape(x.shape[0], -1), weights["wo"])
-            h = rms_norm(x, weights["mlp_norm"], config.rms_norm_eps)
-            return x + mlp(h, weights), cache
-
+        step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope())
         stacked = self.layers.stacked()
         if self.layer_loop == SCAN:
             def scanned(carry, weights):
                 x, cache, index = carry
-                return (*layer(x, cache, index, weights), index + 1), None
+                return (*self.layer(x, cache, index, weights, step), index + 1), None
 
             (x, kv_cache, _), _ = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)), stacked)
         else:
-            for index in range(config.num_layers):  # a static index: a static slice of each weight
-                x, kv_cache = layer(x, kv_cache, index, layer_weights(stacked, index))
-        return rms_norm(x, self.final_norm[...], config.rms_norm_eps), kv_cache
+            for index in range(self.config.num_layers):  # a static index: a static slice of each weight
+                x, kv_cache = self.layer(x, kv_cache, index, layer_weights(stacked, index), step)
+        return self.norm(x, self.final_norm[...]), kv_cache
+
+    def embed_tokens(self, token_ids):
+        return self.embed[...][token_ids]
+
+    def rope(self):
+        """RoPE's inverse frequencies [head_dim // 2]."""
+        return rope_inv_freq(self.config, param_value(self.rope_freq_factors))
+
+    def norm(self, x, weight):
+        return rms_norm(x, weight, self.config.rms_norm_eps)
+
+    def layer(self, x, cache, index, weights: dict, step: Step):
+        """One decoder layer over x [tokens, hidden]: (x, cache) after it."""
+        attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step)
+        x = x + linear(attn, weights["wo"])
+        return x + mlp(self.norm(x, weights["mlp_norm"]), weights), cache
+
+    def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, window=None,
+               softcap=None):
+        """Self-attention of the normed h [tokens, hidden] over the cache, its K and V written
+        first: ([tokens, heads * head_dim], cache). `window` (keys within the last W
+        positions) and `softcap` (tanh capping of the scores) are off where None."""
+        config = self.config
+        inv_freq = step.inv_freq if inv_freq is None else inv_freq
+        q, k, v = project_qkv(config, h, weights, step.batch.positions, inv_freq, self.norm)
+        cache = cache.write(index, step.pages, step.offsets, k, v)
+        k_cache, v_cache, cache_layer = cache.operands(index)
+        scale = 1.0 / math.sqrt(config.head_dim) if scale is None else scale
+        with jax.named_scope("attention"):  # named for profiles (tools/gpu_bench.py)
+            features = {key: value for key, value in (("window", window), ("softcap", softcap)) if value is not None}
+            attn = self.attention(q, k, v, k_cache, v_cache, cache_layer, step.batch, scale, **features)
+        return attn.reshape(h.shape[0], -1), cache
 
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]
         return linear(hidden, head).astype(jnp.float32)
 
 
-def replace_embeddings(x, rows, token_index):
-    """x [tokens, hidden] with `rows` [R, hidden] in place of the tokens `token_index` [R]
-    names (-1: an unused row). Behind a cond on the R indices, so a batch without any costs
-    no scatter."""
-    def swap():
-        index = jnp.where(token_index >= 0, token_index, x.shape[0])  # out of range: dropped
-        return x.at[index].set(rows.astype(x.dtype), mode="drop")
+@dataclass(frozen=True)
+class Step:
+    """What every layer of one step shares."""
 
-    return jax.lax.cond(jnp.any(token_index >= 0), swap, lambda: x)
-
-
-def mlp(h, weights: dict):
-    """SwiGLU through the fused gate|up matrix: silu(gate) * up, then down."""
-    gate, up = jnp.split(linear(h, weights["w_gate_up"]), 2, axis=-1)
-    return linear(jax.nn.silu(gate) * up, weights["w_down"])
+    batch: BatchInputs
+    pages: jax.Array  # [tokens] i32: each token's cache page
+    offsets: jax.Array  # [tokens] i32: its slot in the page
+    inv_freq: jax.Array  # [head_dim // 2] f32: RoPE's inverse frequencies
 
 
-def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq):
-    """Queries [t, heads, d] and keys, values [t, kv_heads, d], with bias, qk-norm and RoPE."""
-    qkv = linear(h, weights["wqkv"])
-    if config.attention_bias:
-        qkv = qkv + weights["bqkv"]
-    num_tokens = h.shape[0]
-    q, k, v = jnp.split(qkv, [config.q_size, config.q_size + config.kv_size], axis=-1)
-    q = q.reshape(num_tokens, config.num_heads, config.head_dim)
-    k = k.reshape(num_tokens, config.num_kv_heads, config.head_dim)
-    v = v.reshape(num_tokens, config.num_kv_heads, config.head_dim)
-    if config.qk_norm:
-        q = rms_norm(q, weights["q_norm"], config.rms_norm_eps)
-        k = rms_norm(k, weights["k_norm"], config.rms_norm_eps)
-    return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+def llama_param_specs(config: ModelConfig) -> dict:
+    """The shape and logical axes of every weight of a Llama-family `config`."""
+    c = config
+    layers = {
+        "attn_norm": ParamSpec((c.num_layers, c.hidden_size), ("layers", None)),
+        "wq": ParamSpec((c.num_layers, c.q_size, c.hidden_size), ("layers", "heads", "embed")),
+        "wk": ParamSpec((c.num_layers, c.kv_size, c.hidden_size), ("layers", "kv_heads", "embed")),
+        "wv": ParamSpec((c.num_layers, c.kv_size, c.hidden_size), ("layers", "kv_heads", "embed")),
+        "wo": ParamSpec((c.num_layers, c.hidden_size, c.q_size), ("layers", "embed", "heads")),
+        "mlp_norm": ParamSpec((c.num_layers, c.hidden_size), ("layers", None)),
+        "w_gate": ParamSpec((c.num_layers, c.intermediate_size, c.hidden_size), ("layers", "mlp", "embed")),
+        "w_up": ParamSpec((c.num_layers, c.intermediate_size, c.hidden_size), ("layers", "mlp", "embed")),
+        "w_down": ParamSpec((c.num_layers, c.hidden_size, c.intermediate_size), ("layers", "embed", "mlp")),
+    }
+    if c.attention_bias:
+        layers["bq"] = ParamSpec((c.num_layers, c.q_size), ("layers", "heads"))
+        layers["bk"] = ParamSpec((c.num_layers, c.kv_size), ("layers", "kv_heads"))
+        layers["bv"] = ParamSpec((c.num_layers, c.kv_size), ("layers", "kv_heads"))
+    if c.qk_norm:
+        layers["q_norm"] = ParamSpec((c.num_layers, c.head_dim), ("layers", None))
+        layers["k_norm"] = ParamSpec((c.num_layers, c.head_dim), ("layers", None))
+    specs = {
+        "embed": ParamSpec((c.vocab_size, c.hidden_size), ("vocab", "embed")),
+        "final_norm": ParamSpec((c.hidden_size,), (None,)),
+        "layers": layers,
+    }
+    if not c.tie_word_embeddings:
+        specs["lm_head"] = ParamSpec((c.vocab_size, c.hidden_size), ("vocab", "embed"))
+    return specs
+
+
+HF_TENSORS = TensorNames(
+    top={"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight", "lm_head": "lm_head.weight"},
+    layer={
+        "attn_norm": "model.layers.{i}.input_layernorm.weight",
+        "wq": "model.layers.{i}.self_attn.q_proj.weight",
+        "wk": "model.layers.{i}.self_attn.k_proj.weight",
+        "wv": "model.layers.{i}.self_attn.v_proj.weight",
+        "wo": "model.layers.{i}.self_attn.o_proj.weight",
+        "bq": "model.layers.{i}.self_attn.q_proj.bias",
+        "bk": "model.layers.{i}.self_attn.k_proj.bias",
+        "bv": "model.layers.{i}.self_attn.v_proj.bias",
+        "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+        "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
+        "mlp_norm": "model.layers.{i}.post_attention_layernorm.weight",
+        "w_gate": "model.layers.{i}.mlp.gate_proj.weight",
+        "w_up": "model.layers.{i}.mlp.up_proj.weight",
+        "w_down": "model.layers.{i}.mlp.down_proj.weight",
+    })
+
+GGUF_TENSORS = TensorNames(
+    top={"embed": "token_embd.weight", "final_norm": "output_norm.weight", "lm_head": "output.weight",
+         "rope_freq_factors": "rope_freqs.weight"},
+    layer={
+        "attn_norm": "blk.{i}.attn_norm.weight",
+        "wq": "blk.{i}.attn_q.weight",
+        "wk": "blk.{i}.attn_k.weight",
+        "wv": "blk.{i}.attn_v.weight",
+        "wo": "blk.{i}.attn_output.weight",
+        "bq": "blk.{i}.attn_q.bias",
+        "bk": "blk.{i}.attn_k.bias",
+        "bv": "blk.{i}.attn_v.bias",
+        "q_norm": "blk.{i}.attn_q_norm.weight",
+        "k_norm": "blk.{i}.attn_k_norm.weight",
+        "mlp_norm": "blk.{i}.ffn_norm.weight",
+        "w_gate": "blk.{i}.ffn_gate.weight",
+        "w_up": "blk.{i}.ffn_up.weight",
+        "w_down": "blk.{i}.ffn_down.weight",
+    })
+
+
+def refuse_extra_biases(c: dict, architecture: str) -> None:
+    """Llama's attention_bias also biases o_proj, and mlp_bias the MLP: the layout has no
+    place for either."""
+    if c.get("attention_bias"):
+        raise ValueError(f"{architecture} with attention_bias=true is not supported")
+    if c.get("mlp_bias"):
+        raise ValueError(f"{architecture} with mlp_bias=true is not supported")
+
+
+def llama_hf_features(c: dict, architecture: str) -> dict:
+    refuse_extra_biases(c, architecture)
+    return {}
+
+
+LLAMA = Family(
+    name="llama", decoder=Llama, param_specs=llama_param_specs,
+    hf_architectures=("LlamaForCausalLM",), hf_tensors=HF_TENSORS, hf_features=llama_hf_features,
+    # llama.cpp converts Mistral as llama too.
+    gguf_architectures=("llama",), gguf_tensors=GGUF_TENSORS, gguf_permuted_qk=("llama",),
+)
+
+
+def window_capped_positions(c: dict, window_applies: bool) -> dict:
+    """The context of a config.json whose sliding window applies, capped to the window.
+
+    This decoder attends to every cached key; within the window full attention is exact,
+    so a model with a smaller window is served with its context capped to that window."""
+    positions = int(c.get("max_position_embeddings", 2048))
+    window = c.get("sliding_window")
+    if window and window_applies:
+        return {"max_position_embeddings": min(positions, int(window))}
+    return {}

@@ -1,4 +1,5 @@
-"""The weights pytree every loader produces and the model consumes.
+"""The weights pytree every loader produces and the model consumes (the Llama family's;
+another family declares its own specs in its module, engine/models/).
 
 Layout (every projection is stored [out, in], PyTorch's layout, and applied as x @ W.T;
 layers are stacked on a leading axis so the forward can `lax.scan` over them). [out, in]
@@ -33,48 +34,16 @@ Each entry also names its logical axes, which engine/device/sharding.py maps ont
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from engine.config import ModelConfig
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    shape: tuple[int, ...]
-    axes: tuple[str | None, ...]  # one logical axis name (or None: replicated) per dim
+from engine.models import family_of
+from engine.models.family import ParamSpec
 
 
 def param_specs(config: ModelConfig) -> dict:
-    """The shape and logical axes of every weight of `config`, in the pytree layout above."""
-    c = config
-    layers = {
-        "attn_norm": ParamSpec((c.num_layers, c.hidden_size), ("layers", None)),
-        "wq": ParamSpec((c.num_layers, c.q_size, c.hidden_size), ("layers", "heads", "embed")),
-        "wk": ParamSpec((c.num_layers, c.kv_size, c.hidden_size), ("layers", "kv_heads", "embed")),
-        "wv": ParamSpec((c.num_layers, c.kv_size, c.hidden_size), ("layers", "kv_heads", "embed")),
-        "wo": ParamSpec((c.num_layers, c.hidden_size, c.q_size), ("layers", "embed", "heads")),
-        "mlp_norm": ParamSpec((c.num_layers, c.hidden_size), ("layers", None)),
-        "w_gate": ParamSpec((c.num_layers, c.intermediate_size, c.hidden_size), ("layers", "mlp", "embed")),
-        "w_up": ParamSpec((c.num_layers, c.intermediate_size, c.hidden_size), ("layers", "mlp", "embed")),
-        "w_down": ParamSpec((c.num_layers, c.hidden_size, c.intermediate_size), ("layers", "embed", "mlp")),
-    }
-    if c.attention_bias:
-        layers["bq"] = ParamSpec((c.num_layers, c.q_size), ("layers", "heads"))
-        layers["bk"] = ParamSpec((c.num_layers, c.kv_size), ("layers", "kv_heads"))
-        layers["bv"] = ParamSpec((c.num_layers, c.kv_size), ("layers", "kv_heads"))
-    if c.qk_norm:
-        layers["q_norm"] = ParamSpec((c.num_layers, c.head_dim), ("layers", None))
-        layers["k_norm"] = ParamSpec((c.num_layers, c.head_dim), ("layers", None))
-    specs = {
-        "embed": ParamSpec((c.vocab_size, c.hidden_size), ("vocab", "embed")),
-        "final_norm": ParamSpec((c.hidden_size,), (None,)),
-        "layers": layers,
-    }
-    if not c.tie_word_embeddings:
-        specs["lm_head"] = ParamSpec((c.vocab_size, c.hidden_size), ("vocab", "embed"))
-    return specs
+    """The shape and logical axes of every weight of `config`, in its family's layout."""
+    return family_of(config).param_specs(config)
 
 
 def random_params(config: ModelConfig, seed: int = 0) -> dict:

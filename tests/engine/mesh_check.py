@@ -33,7 +33,7 @@ single_runner, single = run((1,))
 sharded_runner, sharded = run((4,))
 # The wrapper that runs a kernel once per device on its own heads (engine/device/attention over_mesh),
 # around the reference: GPU interpret mode cannot run a kernel on several simulated devices.
-engine.runner.attention_for = lambda name, mesh, num_kv: over_mesh(reference_attention, mesh, num_kv)
+engine.device.runner.attention_for = lambda name, mesh, num_kv: over_mesh(reference_attention, mesh, num_kv)
 _, per_device = run((4,))
 wq = sharded_runner.state["layers"]["wqkv"][...]
 print(json.dumps({

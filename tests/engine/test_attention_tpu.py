@@ -122,8 +122,8 @@ def test_model_on_a_cache_per_layer_matches_the_stacked_model(monkeypatch):
     import engine.device.runner
     from engine.config import ModelConfig
 
-    real_attention_for = engine.runner.attention_for
-    monkeypatch.setattr(engine.runner, "attention_for", lambda name, *args: (
+    real_attention_for = engine.device.runner.attention_for
+    monkeypatch.setattr(engine.device.runner, "attention_for", lambda name, *args: (
         reference_over_interleaved_pages if name == RAGGED_TPU else real_attention_for(name, *args)))
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_layers=2,
                          num_heads=4, num_kv_heads=2, head_dim=128)

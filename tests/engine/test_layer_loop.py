@@ -18,7 +18,7 @@ from numpy_reference import forward
 
 from engine.config import SCAN, UNROLLED, EngineConfig, ModelConfig
 from engine.device.runner import ModelRunner, RowPlan
-from engine.models.llama import layer_loop_for
+from engine.models.layers import layer_loop_for
 from engine.models.params import random_params
 
 # Three layers: no other array of the step has a leading axis of 3.

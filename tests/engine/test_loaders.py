@@ -26,10 +26,10 @@ TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2, n
 CONFIGS = {
     "llama": ModelConfig(**TINY, rope_theta=500000.0, eos_token_ids=(2, 3),
                          rope_scaling=RopeScaling(8.0, 1.0, 4.0, 64)),
-    "qwen2": ModelConfig(**TINY, rope_theta=1e6, attention_bias=True, tie_word_embeddings=True,
+    "qwen2": ModelConfig(**TINY, family="qwen2", rope_theta=1e6, attention_bias=True, tie_word_embeddings=True,
                          eos_token_ids=(2,)),
     # head_dim 16 is not hidden / heads, as in Qwen3 itself
-    "qwen3": ModelConfig(**{**TINY, "head_dim": 16}, rope_theta=1e6, qk_norm=True,
+    "qwen3": ModelConfig(**{**TINY, "head_dim": 16}, family="qwen3", rope_theta=1e6, qk_norm=True,
                          eos_token_ids=(2,)),
 }
 

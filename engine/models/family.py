@@ -1,0 +1,64 @@
+"""What a model family declares, once, for the registry (engine/models/__init__.py).
+
+A family is one forward pass (an nnx module over the served weights and the paged KV
+cache) and everything a loader needs to build its weights pytree: the features its
+ModelConfig takes from a Hugging Face config.json or from GGUF metadata, the tensor names
+of both formats, and the shape and logical axes of each weight. The runner, the loaders
+and sharding ask the registry for these; nothing else names a family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    shape: tuple[int, ...]
+    axes: tuple[str | None, ...]  # one logical axis name (or None: replicated) per dim
+
+
+MetadataGetter = Callable[[str, Any], Any]  # GGUF `{arch}.{key}` with a default
+
+
+def no_features(*_) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class TensorNames:
+    """A checkpoint format's tensor names for the weights pytree (engine/models/params.py):
+    `top` for the unstacked weights, `layer` for the stacked ones, each a pattern with
+    `{i}` for the layer index."""
+
+    top: Mapping[str, str]
+    layer: Mapping[str, str]
+
+    def layer_name(self, name: str, index: int) -> str:
+        return self.layer[name].format(i=index)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: its forward pass and how its checkpoints read."""
+
+    name: str  # ModelConfig.family
+    decoder: type  # an nnx.Module: decoder(config, weights, attention, layer_loop)
+    param_specs: Callable[[ModelConfig], dict]  # name -> ParamSpec, engine/models/params.py's layout
+    hf_architectures: tuple[str, ...]  # config.json "architectures" entries it serves
+    hf_tensors: TensorNames
+    gguf_architectures: tuple[str, ...] = ()  # GGUF general.architecture values it serves
+    gguf_tensors: TensorNames | None = None
+    # ModelConfig fields beyond the shared ones: from config.json (the document and the
+    # architecture entry), or from GGUF metadata (a getter and the GGUF architecture).
+    # Either raises ValueError for a variant the forward pass cannot run.
+    hf_features: Callable[[dict, str], dict] = no_features
+    gguf_features: Callable[[MetadataGetter, str], dict] = no_features
+    # GGUF architectures whose Q and K rows llama.cpp's converter permuted (loader/gguf.py).
+    gguf_permuted_qk: tuple[str, ...] = ()
+    # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).
+    hf_ignored_suffixes: tuple[str, ...] = field(default=("rotary_emb.inv_freq",))

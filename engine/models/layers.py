@@ -1,0 +1,172 @@
+"""The layers every model family shares: projections (float or int8), RMSNorm, RoPE, the
+gated MLP, the q/k/v projection, the served weights as nnx parameters, and the loop over
+layers.
+
+The layer loop takes the form that measures best on the backend (`layer_loop_for`):
+- "scan": a `lax.scan` over the stacked weights, compiled once instead of once per layer.
+  On the CPU it is the fastest form (27 against 161 ms for an unrolled loop at batch 1,
+  SmolLM2 in float32).
+- "unrolled": a Python loop that reads layer i as `stacked[i]`, a static slice. XLA's GPU
+  backend copies each layer's weights out of the stack before a scan's matmuls read them
+  (55% of an 8B decode step on an H100); a static slice is read where it lies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from engine.config import AUTO, LAYER_LOOPS, SCAN, UNROLLED, ModelConfig, RopeScaling
+from engine.device.weights import Int8Weight, dequantize
+
+
+def linear(x, weight):
+    """x [t, in] times a weight stored [out, in] (float, or Int8Weight)."""
+    if isinstance(weight, Int8Weight):
+        weight = dequantize(weight, x.dtype)  # widened inside the product
+    if x.shape[0] == 1:
+        # A matrix-vector product. jax 0.11's CPU backend runs `x @ W.T` at one row several
+        # times slower than this form (1.4 against 0.2 ms for SmolLM2's 3072 x 576 in float32).
+        return jnp.einsum("ti,oi->to", materialized(x), weight)
+    return x @ weight.T
+
+
+def materialized(x):
+    """x, computed into a buffer of its own before a matrix-vector product reads it.
+
+    XLA's CPU backend fuses the ops that compute a matrix-vector product's vector into the
+    product, and then recomputes them for every output row: the attention epilogue before
+    wo cost 5.5 ms of a 16 ms one-token step. A reduction is never fused that way, so x goes
+    through one (over a stack of x and zeros: exact, and optimization_barrier is dropped
+    before fusion on this backend)."""
+    return jnp.stack([x, jnp.zeros_like(x)]).sum(axis=0)
+
+
+def rms_norm(x, weight, eps: float):
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (normed * weight).astype(x.dtype)
+
+
+def llama3_scaled(inv_freq, scaling: RopeScaling):
+    """Llama 3.1's rescaling: long wavelengths slowed by `factor`, short ones kept, blended between."""
+    wavelen = 2 * math.pi / inv_freq
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    blend = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - blend) * inv_freq / scaling.factor + blend * inv_freq
+    scaled = jnp.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    is_between = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return jnp.where(is_between, blended, scaled)
+
+
+def rope_inv_freq(config: ModelConfig, freq_factors=None):
+    """Inverse frequencies [head_dim // 2] of the rotary embedding."""
+    exponents = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    if config.rope_scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, config.rope_scaling)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    return inv_freq
+
+
+def apply_rope(x, positions, inv_freq):
+    """Rotate [t, heads, d] by position, the first half of each head against the second."""
+    angles = positions[:, None].astype(jnp.float32) * inv_freq[None, :]  # [t, d/2]
+    cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class QuantizedParam(nnx.Module):
+    """An Int8Weight's two arrays as parameters (nnx keeps arrays, not dataclasses)."""
+
+    def __init__(self, weight: Int8Weight):
+        self.values = nnx.Param(weight.values)
+        self.scales = nnx.Param(weight.scales)
+
+    def weight(self) -> Int8Weight:
+        return Int8Weight(values=self.values[...], scales=self.scales[...])
+
+
+def as_param(value):
+    return QuantizedParam(value) if isinstance(value, Int8Weight) else nnx.Param(value)
+
+
+def param_value(param):
+    if param is None:
+        return None
+    return param.weight() if isinstance(param, QuantizedParam) else param[...]
+
+
+class Layers(nnx.Module):
+    """The decoder layers' weights (engine/device/weights.py), each stacked on a leading [layers] axis."""
+
+    def __init__(self, weights: dict):
+        for name, value in weights.items():
+            setattr(self, name, as_param(value))
+
+    def stacked(self) -> dict:
+        return {name: param_value(param) for name, param in vars(self).items()
+                if isinstance(param, (nnx.Param, QuantizedParam))}
+
+
+def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) -> str:
+    """The layer loop `requested` stands for on `backend` ("cpu", "gpu", "tpu"): auto is an
+    unrolled loop on GPUs and a scan elsewhere (the module's docstring says why), and always
+    unrolled over a cache kept as an array per layer (engine/device/kv_cache.py LayerKVCache),
+    which a scan cannot carry."""
+    if requested not in LAYER_LOOPS:
+        raise ValueError(f"layer_loop must be one of {', '.join(LAYER_LOOPS)}, not {requested!r}")
+    if cache_per_layer:
+        if requested == SCAN:
+            raise ValueError("layer_loop scan cannot carry a KV cache kept as an array per layer (the TPU "
+                             "kernel's): use unrolled, or auto")
+        return UNROLLED
+    if requested != AUTO:
+        return requested
+    return UNROLLED if backend == "gpu" else SCAN
+
+
+def layer_weights(stacked: dict, index: int) -> dict:
+    """Layer `index`'s weights out of the stacked ones, by static slices."""
+    return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
+
+
+def replace_embeddings(x, rows, token_index):
+    """x [tokens, hidden] with `rows` [R, hidden] in place of the tokens `token_index` [R]
+    names (-1: an unused row). Behind a cond on the R indices, so a batch without any costs
+    no scatter."""
+    def swap():
+        index = jnp.where(token_index >= 0, token_index, x.shape[0])  # out of range: dropped
+        return x.at[index].set(rows.astype(x.dtype), mode="drop")
+
+    return jax.lax.cond(jnp.any(token_index >= 0), swap, lambda: x)
+
+
+def mlp(h, weights: dict):
+    """SwiGLU through the fused gate|up matrix: silu(gate) * up, then down."""
+    gate, up = jnp.split(linear(h, weights["w_gate_up"]), 2, axis=-1)
+    return linear(jax.nn.silu(gate) * up, weights["w_down"])
+
+
+def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq, norm=None):
+    """Queries [t, heads, d] and keys, values [t, kv_heads, d], with bias, qk-norm (`norm`,
+    default RMSNorm) and RoPE."""
+    qkv = linear(h, weights["wqkv"])
+    if config.attention_bias:
+        qkv = qkv + weights["bqkv"]
+    num_tokens = h.shape[0]
+    q, k, v = jnp.split(qkv, [config.q_size, config.q_size + config.kv_size], axis=-1)
+    q = q.reshape(num_tokens, config.num_heads, config.head_dim)
+    k = k.reshape(num_tokens, config.num_kv_heads, config.head_dim)
+    v = v.reshape(num_tokens, config.num_kv_heads, config.head_dim)
+    if config.qk_norm:
+        norm = norm or (lambda x, weight: rms_norm(x, weight, config.rms_norm_eps))
+        q, k = norm(q, weights["q_norm"]), norm(k, weights["k_norm"])
+    return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
