@@ -17,14 +17,19 @@ LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/m
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
 
 
+LLAMA3, LINEAR = "llama3", "linear"  # RoPE scaling kinds
+
+
 @dataclass(frozen=True)
 class RopeScaling:
-    """Llama-3 style frequency-dependent RoPE scaling (rope_type "llama3")."""
+    """RoPE frequency scaling: Llama 3's frequency-dependent kind (rope_type "llama3"), or
+    every frequency divided by `factor` ("linear", Gemma 3's global layers)."""
 
     factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
+    low_freq_factor: float = 0.0  # llama3 only
+    high_freq_factor: float = 0.0  # llama3 only
+    original_max_position_embeddings: int = 0  # llama3 only
+    kind: str = LLAMA3
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,14 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     family: str = "llama"  # the registry's key (engine/models/__init__.py): the forward pass and weight layout
+    # Per layer: how many of the latest keys it attends to (0: all of them). Empty: every
+    # layer attends to all. Mistral windows every layer; Gemma alternates windowed ("local")
+    # and full ("global") layers.
+    layer_windows: tuple[int, ...] = ()
+    attn_logit_softcapping: float | None = None  # scores become cap * tanh(score / cap) (Gemma 2)
+    final_logit_softcapping: float | None = None  # the same on the logits (Gemma 2)
+    query_pre_attn_scalar: float | None = None  # attention scale is its -1/2 power; None: head_dim's (Gemma)
+    rope_local_theta: float | None = None  # RoPE base of the windowed layers, unscaled (Gemma 3)
 
     @property
     def q_size(self) -> int:
@@ -57,6 +70,18 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    def windowed(self, max_len: int) -> bool:
+        """Whether some layer's window hides keys from a sequence of up to `max_len` tokens."""
+        return any(0 < window < max_len for window in self.layer_windows)
+
+    def shared_window(self, max_len: int) -> int:
+        """The keys every layer sees behind a token, where each layer's window hides some of
+        a `max_len` sequence (0 otherwise): pages before the widest window are never read
+        again (engine/host/block_manager.py `release_unseen`)."""
+        if self.layer_windows and all(0 < window < max_len for window in self.layer_windows):
+            return max(self.layer_windows)
+        return 0
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

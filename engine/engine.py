@@ -70,7 +70,8 @@ class Engine:
         self.model_config = checkpoint.config
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
-        self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching,
+                                          window=checkpoint.config.shared_window(config.max_model_len))
         self.scheduler = Scheduler(config, self.block_manager)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids or checkpoint.config.eos_token_ids)
         self.output = OutputStage(tokenizer, self.scheduler, self.eos_token_ids, config.max_model_len,

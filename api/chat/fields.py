@@ -113,7 +113,7 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "function_call": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
     "functions": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
     "web_search_options": "this server cannot search the web",
-    "service_tier": refusals.SERVICE_TIER,
+    "service_tier": refusals.DEFAULT_TIER_ONLY,
     "prompt_cache_retention": refusals.refused_unless("cached prefixes live while their pages are free",
                                                       "in_memory"),
 })

@@ -25,7 +25,6 @@ from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
 from api.core.prediction import prediction_token_ids
-from api.core.prompt import chat_prompt_ids
 from api.core.reasoning import fireworks_ask
 from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import (
@@ -41,7 +40,7 @@ from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
 from api.core.tool_grammar import calls_or_format
-from api.core.tool_prompt import answer_format
+from api.core.turn import plan_turn
 from engine.host.request import SamplingParams
 from engine.text.grammar import Grammar
 
@@ -81,28 +80,31 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     n = 1 if body.n is None else int(check_range("n", body.n, 1, limits.MAX_CHOICES, integer=True))
     if tools is not None and body.stream and any(tool.custom for tool in tools.tools):
         raise invalid("stream", "custom tool calls cannot be streamed: the chunk schema has no shape for them")
+    async def grammar_of(tool_format: ToolFormat | None) -> Grammar | None:
+        if tools is not None:
+            await check_tool_grammars(server, list(tools.given), *TOOL_GRAMMAR_PATHS[tools.deprecated_functions])
+        grammar, grammar_field = answer_grammar(fields, tools, tool_format)
+        await check_grammar(server, grammar, grammar_field)
+        return grammar
+
     reasoning = plan_reasoning(server.tokenizer, fireworks_ask(fields.get("reasoning_effort"), fields.get("thinking"),
                                                                fields.get("reasoning_history")))
-    prompt_ids = await chat_prompt_ids(server, messages, tools=tools.tools if tools else None, reasoning=reasoning)
-    tool_format = answer_format(server.tokenizer.chat_template) if tools else None
-    if tools is not None:
-        await check_tool_grammars(server, list(tools.given), *TOOL_GRAMMAR_PATHS[tools.deprecated_functions])
-    grammar, grammar_field = answer_grammar(fields, tools, tool_format)
-    await check_grammar(server, grammar, grammar_field)
+    turn = await plan_turn(server, messages, reasoning, grammar_of, tools=tools.tools if tools else None,
+                           answers_with_calls=tools is not None)
+    prompt_ids = turn.prompt_ids
     vocab_size = server.tokenizer.vocab_size
     values = engine_values(REGISTRY, MODELS, body.__dict__, body.model_fields_set, vocab_size)
     max_tokens = max_tokens_for(fields, len(prompt_ids), server.max_model_len)
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
     prediction = await prediction_token_ids(body, server)
-    thinking = reasoning.engine_reasoning(prompt_ids, server.tokenizer)
     choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids, sampling=replace(sampling, seed=seed),
-                             stop=stop, grammar=grammar, prediction=prediction, reasoning=thinking)
+                             stop=stop, grammar=turn.grammar, prediction=prediction, reasoning=turn.thinking)
                for i, seed in enumerate(choice_seed_list(body.seed, n))]
     return ChatPlan(body=body, raw=fields, choices=choices, stream=bool(body.stream),
                     include_usage=bool(stream_options.get("include_usage")),
                     include_obfuscation=stream_options.get("include_obfuscation") is not False,
-                    logprobs=bool(body.logprobs), tools=tools, tool_format=tool_format, reasoning=reasoning)
+                    logprobs=bool(body.logprobs), tools=tools, tool_format=turn.tool_format, reasoning=turn.reasoning)
 
 
 def read_request(body: ChatCompletionBody) -> tuple[dict[str, Any], list[dict[str, Any]], ChatTools | None]:

@@ -73,7 +73,7 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     "reasoning_history": Planned("reasoning.completion_reasoning", REASONING + "test_history_controls_are_for_chat"),
     "thinking": REASONING_CONTROL,
     "images": f"{refusals.TEXT_ONLY}: it cannot take images",
-    "service_tier": refusals.SERVICE_TIER,
+    "service_tier": refusals.DEFAULT_TIER_ONLY,
 })
 
 FRIENDLI_FIELDS = {

@@ -144,7 +144,7 @@ def choice_fields(context: CompletionContext, result: ChoiceResult) -> dict[str,
     fields: dict[str, Any] = dict(index=result.index, text=echo + result.text,
                                   finish_reason=result.finish_reason, logprobs=None)
     if plan.logprobs is not None:
-        fields["logprobs"] = choice_logprobs(context, result, echo)
+        fields["logprobs"] = completion_logprobs(context, result, echo)
     if plan.return_token_ids:
         fields.update(prompt_token_ids=plan.prompts[result.prompt_index], token_ids=result.token_ids)
     if plan.raw_output:
@@ -152,7 +152,7 @@ def choice_fields(context: CompletionContext, result: ChoiceResult) -> dict[str,
     return fields
 
 
-def choice_logprobs(context: CompletionContext, result: ChoiceResult, echo: str) -> Any:
+def completion_logprobs(context: CompletionContext, result: ChoiceResult, echo: str) -> Any:
     writer = context.writer()
     echoed = context.prompt_logprobs(writer, result.prompt_index, result.prompt_logprobs)
     writer.offset = len(echo)

@@ -15,7 +15,7 @@ from generated.openai_chat_completions import (
 )
 
 # The tier every request is served with: this server has one.
-SERVICE_TIER = "default"
+SERVED_TIER = "default"
 # Obfuscation padding lengths: enough spread that an event's size says little about its text.
 OBFUSCATION_CHARS = (1, 24)
 

@@ -49,4 +49,4 @@ def refused_if_any(reason: str) -> Refused:
 
 
 # The shared fields, decided once.
-SERVICE_TIER = refused_unless("only the default service tier is served", *SERVICE_TIERS)
+DEFAULT_TIER_ONLY = refused_unless("only the default service tier is served", *SERVICE_TIERS)

@@ -35,7 +35,7 @@ from typing import Any
 from api.core import limits
 from api.core.errors import ApiError, invalid
 from api.core.generation import ChoiceRequest
-from api.core.prompt import PART_SEPARATOR, chat_prompt_ids
+from api.core.prompt import PART_SEPARATOR
 from api.core.reasoning import anthropic_ask, check_budget_below
 from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import check_count, choice_seed_list, engine_values
@@ -43,13 +43,12 @@ from api.core.state import ServerState
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
 from api.core.tool_grammar import calls_or_format
-from api.core.tool_prompt import answer_format
+from api.core.turn import Turn, plan_turn
 from api.messages.body import MODELS, MessagesBody
 from api.messages.fields import REGISTRY
 from api.messages.thinking import checked_thinking, signing_key
 from api.messages.tools import SCHEMA_PATH, MessagesTools, messages_tools
 from engine.text.grammar import Grammar
-from engine.text.reasoning import Reasoning
 from generated.flint import (
     CountMessageTokensRequest,
     TextBlockParam,
@@ -77,17 +76,6 @@ class MessagesPlan:
     signing_key: bytes = b""  # what signs its thinking (api/messages/thinking.py)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A body's prompt, and what the reply is constrained by."""
-
-    prompt_ids: list[int]
-    grammar: Grammar | None
-    tool_format: ToolFormat | None
-    reasoning: ReasoningPlan
-    thinking: Reasoning | None  # the engine's view of the reply's thinking section
-
-
 async def plan_messages(body: MessagesBody, server: ServerState) -> MessagesPlan:
     """The engine request of the reply to `body`."""
     if body.metadata is not None and body.metadata.user_id is not None:
@@ -110,7 +98,7 @@ async def prompt_ids(body: PromptBody, server: ServerState) -> list[int]:
     return (await prepare(body, server)).prompt_ids
 
 
-async def prepare(body: PromptBody, server: ServerState) -> Prepared:
+async def prepare(body: PromptBody, server: ServerState) -> Turn:
     """The prompt of `body` with its tools, and the grammar of its reply (each checked)."""
     reasoning = plan_reasoning(server.tokenizer, anthropic_ask(body.thinking))
     if isinstance(body, MessagesBody):  # a token count has no max_tokens
@@ -119,16 +107,17 @@ async def prepare(body: PromptBody, server: ServerState) -> Prepared:
     if prefill and reasoning.ask.think:
         raise invalid("thinking", "thinking cannot be enabled when the final message is an assistant prefill: "
                                   "the reply would begin with the prefill, not with thinking")
-    ids = await chat_prompt_ids(server, conversation, prefill=prefill, tools=list(tools.given) if tools else None,
-                                reasoning=reasoning)
     answering = tools if tools is not None and tools.answered else None
-    tool_format = answer_format(server.tokenizer.chat_template) if answering else None
-    if tools is not None:
-        await check_tool_grammars(server, list(tools.given), SCHEMA_PATH)
-    grammar, grammar_field = answer_grammar(body, answering, tool_format)
-    await check_grammar(server, grammar, grammar_field)
-    return Prepared(ids, grammar, tool_format, reasoning,
-                    reasoning.engine_reasoning(ids, server.tokenizer, prefilled=bool(prefill)))
+
+    async def grammar_of(tool_format: ToolFormat | None) -> Grammar | None:
+        if tools is not None:
+            await check_tool_grammars(server, list(tools.given), SCHEMA_PATH)
+        grammar, grammar_field = answer_grammar(body, answering, tool_format)
+        await check_grammar(server, grammar, grammar_field)
+        return grammar
+
+    return await plan_turn(server, conversation, reasoning, grammar_of, tools=list(tools.given) if tools else None,
+                           answers_with_calls=answering is not None, prefill=prefill)
 
 
 def read_body(body: PromptBody, data_dir: str) -> tuple[MessagesTools | None, list[dict[str, Any]], str]:

@@ -44,7 +44,7 @@ from generated.flint import (
     StopReason,
 )
 
-SERVICE_TIER = "standard"  # the one tier this server has
+SERVED_TIER = "standard"  # the one tier this server has
 BROKEN_OFF = "generation failed mid-way; the reply is incomplete"
 # Engine finish reasons to Anthropic's (a stop string is reported apart: stop_sequence).
 STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
@@ -72,7 +72,7 @@ def stop_reason(finish_reason: str | None, stop: str | None, called: bool = Fals
 def message_usage(usage: Usage) -> MessageUsage:
     return MessageUsage(input_tokens=usage.num_prompt_tokens - usage.num_cached_tokens,
                         output_tokens=usage.num_completion_tokens, cache_creation_input_tokens=0,
-                        cache_read_input_tokens=usage.num_cached_tokens, service_tier=SERVICE_TIER)
+                        cache_read_input_tokens=usage.num_cached_tokens, service_tier=SERVED_TIER)
 
 
 def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage, plan: MessagesPlan | None = None

@@ -110,7 +110,7 @@ REQUEST = ModelFields(CreateResponseRequest, {
     "background": Refused("background responses are not supported", lambda value: value is True),
     "truncation": refusals.refused_unless("a conversation is never truncated: one that does not fit is refused",
                                           "disabled"),
-    "service_tier": refusals.SERVICE_TIER,
+    "service_tier": refusals.DEFAULT_TIER_ONLY,
 })
 
 REGISTRY = Registry([

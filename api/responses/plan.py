@@ -19,7 +19,6 @@ from typing import Any
 from api.core import limits
 from api.core.errors import invalid
 from api.core.generation import ChoiceRequest
-from api.core.prompt import chat_prompt_ids
 from api.core.reasoning import effort_ask
 from api.core.reasoning_prompt import ReasoningPlan, plan_reasoning
 from api.core.sampling import check_count, choice_seed_list, engine_values
@@ -28,7 +27,7 @@ from api.core.store import StoredResponse
 from api.core.structured import check_grammar, check_tool_grammars, format_grammar
 from api.core.tool_format import ToolFormat
 from api.core.tool_grammar import calls_or_format
-from api.core.tool_prompt import answer_format
+from api.core.turn import plan_turn
 from api.responses.body import MODELS
 from api.responses.fields import LOGPROBS_INCLUDE, REGISTRY
 from api.responses.input import Item, chat_messages, request_items
@@ -83,19 +82,22 @@ async def plan_response(request: CreateResponseRequest, server: ServerState) -> 
     tools = given.tools
     reasoning = plan_reasoning(server.tokenizer, effort_ask(request.reasoning.effort if request.reasoning else None,
                                                             "reasoning.effort"))
-    prompt_ids = await chat_prompt_ids(server, given.messages, param="input", tools=tools.tools if tools else None,
-                                       reasoning=reasoning)
-    tool_format = answer_format(server.tokenizer.chat_template) if tools else None
-    grammar = await checked_grammar(server, request, tools, tool_format)
-    choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=prompt_ids, grammar=grammar,
-                           reasoning=reasoning.engine_reasoning(prompt_ids, server.tokenizer),
-                           **sampling_of(request, server, server.max_model_len - len(prompt_ids)))
+
+    async def grammar_of(tool_format: ToolFormat | None) -> Grammar | None:
+        return await checked_grammar(server, request, tools, tool_format)
+
+    turn = await plan_turn(server, given.messages, reasoning, grammar_of, tools=tools.tools if tools else None,
+                           answers_with_calls=tools is not None, param="input")
+    choice = ChoiceRequest(index=0, prompt_index=0, prompt_token_ids=turn.prompt_ids, grammar=turn.grammar,
+                           reasoning=turn.thinking,
+                           **sampling_of(request, server, server.max_model_len - len(turn.prompt_ids)))
     logprobs = choice.sampling.logprobs is not None
     if logprobs and tools is not None:
         raise invalid("include", f"`{LOGPROBS_INCLUDE}` cannot be combined with tools: an answer's tokens "
                                  "may hold both text and calls")
     return ResponsePlan(request=request, body=given.fields, history=given.history, input_items=given.items,
-                        choices=[choice], logprobs=logprobs, tools=tools, tool_format=tool_format, reasoning=reasoning)
+                        choices=[choice], logprobs=logprobs, tools=tools, tool_format=turn.tool_format,
+                        reasoning=turn.reasoning)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from litestar import Response
 
 from api.core.errors import ApiError, generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
-from api.core.openai import SERVICE_TIER, choice_logprobs, obfuscation_padding
+from api.core.openai import SERVED_TIER, choice_logprobs, obfuscation_padding
 from api.core.state import ServerState
 from api.core.usage import Usage
 from api.responses.input import new_id
@@ -94,7 +94,7 @@ def settings_of(plan: ResponsePlan) -> Json:
         "instructions": request.instructions, "previous_response_id": request.previous_response_id,
         "temperature": sampling.temperature, "top_p": sampling.top_p, "top_logprobs": request.top_logprobs,
         "max_output_tokens": request.max_output_tokens, "metadata": plan.body.get("metadata") or {},
-        "store": request.store is not False, "background": False, "service_tier": SERVICE_TIER,
+        "store": request.store is not False, "background": False, "service_tier": SERVED_TIER,
         "text": {"format": text_format(request), "verbosity": "medium"},
         "reasoning": {"effort": (plan.body.get("reasoning") or {}).get("effort"), "summary": None},
         "tool_choice": plan.body.get("tool_choice") or "auto",

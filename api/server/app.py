@@ -44,7 +44,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
 
     The engine loads in the background after startup; `app.state.lifecycle` can be awaited
     (`wait_until_serving`) by callers that need it running."""
-    model = resolve_model(settings.model)
+    model = resolve_model(settings.model, settings.download)
     settings = settings.served(model.context_length)
     server = ServerState(model=model, settings=settings)
     lifecycle = EngineLifecycle(server, settings, engine_factory)

@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from api.server.serve import (
-    EXIT_BAD_ARGUMENTS,
-    add_compilation_cache_arguments,
-    add_device_arguments,
-    add_serve_arguments,
-    check_tensor_parallel_size,
-    compilation_cache_from_args,
-    serve,
-)
+from api.server.serve import (EXIT_BAD_ARGUMENTS, add_compilation_cache_arguments, add_device_arguments,
+                              add_download_argument, add_serve_arguments, check_tensor_parallel_size,
+                              compilation_cache_from_args, serve)
 
-MODEL_HELP = "a .gguf file, a Hugging Face directory or an Orbax checkpoint (default: the embedded SmolLM2-135M-Instruct)"
+MODEL_HELP = ("a .gguf file, a Hugging Face directory, an Orbax checkpoint, or a Hugging Face repo id (ORG/NAME, or "
+              "ORG/NAME/FILE.gguf) in the local Hugging Face cache (default: the embedded SmolLM2-135M-Instruct)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None, help="seed for temperature sampling")
     generate.add_argument("--model", default=None, help=MODEL_HELP)
     generate.add_argument("--max-model-len", type=int, default=2048, help="longest sequence (default: %(default)s)")
+    add_download_argument(generate)
     add_device_arguments(generate)
     add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
                                               "else ~/.local/share/flint)")
@@ -43,13 +39,15 @@ def generate(args: argparse.Namespace) -> int:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.host.request import Request, SamplingParams, StopCriteria
+    from engine.loader.source import ModelNotFoundError, resolve_model
 
     def progress(message: str) -> None:
         print(f"flint: {message}", file=sys.stderr, flush=True)
 
     try:
         check_tensor_parallel_size(args.tensor_parallel_size)
-    except ValueError as error:
+        model = resolve_model(args.model, args.download)
+    except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
     # One sequence: its decode steps are one token each, and its prompt goes in chunks of up
@@ -61,7 +59,7 @@ def generate(args: argparse.Namespace) -> int:
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
                           layer_loop=args.layer_loop)
     set_up_compilation_cache(compilation_cache_from_args(args))
-    engine = Engine.from_model(args.model, config, report=progress)
+    engine = Engine.from_model(model, config, report=progress)
     tokenizer = engine.tokenizer
     if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
         prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))

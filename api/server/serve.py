@@ -43,8 +43,15 @@ EXIT_STARTUP_FAILED = 3  # the server could not start (the port is taken, ...)
 BREAK_OFF_GRACE = 2.0
 
 
+def add_download_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--download", action="store_true",
+                        help="fetch a --model repo id that is not in the Hugging Face cache (default: refuse it; "
+                             "nothing is ever downloaded without this flag)")
+
+
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     server, engine = Settings(), EngineConfig()
+    add_download_argument(serve)
     serve.add_argument("--host", default=server.host, help="address to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=server.port, help="port to bind (default: %(default)s)")
     serve.add_argument("--api-key", default=os.environ.get("FLINT_API_KEY") or None,
@@ -171,7 +178,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           layer_loop=args.layer_loop,
                           enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,
                           num_speculative_tokens=args.num_speculative_tokens)
-    return Settings(host=args.host, port=args.port, model=args.model, engine=engine, api_key=args.api_key,
+    return Settings(host=args.host, port=args.port, model=args.model, download=args.download, engine=engine,
+                    api_key=args.api_key,
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
                     max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,
                     compilation_cache=compilation_cache_from_args(args, args.data_dir),
@@ -261,7 +269,8 @@ def serve(args: argparse.Namespace) -> int:
             join_group(settings.topology, settings.follower_timeout)
         check_tensor_parallel_size(settings.engine.mesh_shape[0])
         if settings.topology is not None and not settings.topology.is_leader:
-            model = resolve_model(settings.model)  # a model that is not there: status 2 at once, as for the leader
+            # A model that is not there: status 2 at once, as for the leader.
+            model = resolve_model(settings.model, settings.download)
             # As the leader's create_app serves it: every process needs the same shapes.
             return serve_as_follower(settings.served(model.context_length))
         app = create_app(settings)

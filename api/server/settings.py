@@ -35,8 +35,11 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    # A .gguf file or a Hugging Face directory; None serves the embedded SmolLM2.
+    # A .gguf file, a Hugging Face directory, an Orbax checkpoint or a Hugging Face repo id in
+    # the local cache; None serves the embedded SmolLM2.
     model: str | None = None
+    # Fetch a repo id that is not in the Hugging Face cache (engine/loader/hub.py), instead of refusing it.
+    download: bool = False
     engine: EngineConfig = EngineConfig()
     # When set, every /v1 request must carry it (Authorization: Bearer, or x-api-key).
     api_key: str | None = None

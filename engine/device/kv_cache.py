@@ -25,7 +25,6 @@ from jax.sharding import Mesh, NamedSharding
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
-from engine.device.weights import resolve_dtype
 
 
 @jax.tree_util.register_dataclass
@@ -101,15 +100,6 @@ def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_laye
 
 def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding):
     return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
-
-
-def kv_cache_bytes(model: ModelConfig, engine: EngineConfig) -> int:
-    """Bytes of K and V together (either layout), for sizing the cache to memory (before an
-    Engine has resolved an "auto" dtype, too)."""
-    num_elements = 1
-    for size in kv_cache_shape(model, engine):
-        num_elements *= size
-    return 2 * num_elements * jnp.dtype(resolve_dtype(engine.dtype)).itemsize
 
 
 COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)

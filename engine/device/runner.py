@@ -54,7 +54,8 @@ class ModelRunner:
         # The kernel's start-up check runs a step of the smallest and of the largest bucket.
         buckets = tuple((tokens, engine_config.seq_bucket(tokens))
                         for tokens in (engine_config.token_buckets[0], engine_config.token_buckets[-1]))
-        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets)
+        plain = not (model_config.windowed(engine_config.max_model_len) or model_config.attn_logit_softcapping)
+        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets, plain=plain)
         self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout

@@ -93,7 +93,7 @@ def served_shardings(mesh: Mesh, weights: dict) -> dict:
     an int8 weight's scales split like its values."""
     def sharding_for(path, leaf) -> NamedSharding:
         names = [key.key if hasattr(key, "key") else getattr(key, "name", None) for key in path]
-        weight_name = [name for name in names if name in SERVED_AXES][-1]
+        weight_name = [name for name in names if name in SERVED_AXES or str(name).endswith("norm")][-1]
         axes = served_axes(weight_name)
         return NamedSharding(mesh, partition_spec(leaf.shape, axes, mesh))
 

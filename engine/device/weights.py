@@ -137,6 +137,9 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
 
 
 def served_axes(name: str) -> tuple[str | None, ...]:
-    """Logical axes of a served weight; an int8 weight's scales [..., out, groups] have its axes."""
+    """Logical axes of a served weight; an int8 weight's scales [..., out, groups] have its axes.
+    A layer norm a family adds (Gemma's post-norms) is replicated like the others."""
+    if name not in SERVED_AXES and name.endswith("norm"):
+        return ("layers", None)
     return SERVED_AXES[name]
 

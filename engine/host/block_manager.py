@@ -16,6 +16,12 @@ from the free pool itself (reference count 1, no hash). So a shared page is neve
 Freed pages keep their hash while they sit in the free pool, so they can still be hit.
 Allocation takes never-hashed free pages first, then evicts the least recently freed
 cached page. Page 0 is the null page and is never handed out.
+
+A model whose every layer attends to a window of the latest `window` keys (Mistral's
+sliding window) never reads a page again once the window has passed it: `release_unseen`
+returns such pages to the pool (the prefix cache keeps their hash) and puts the null page
+in their place in the block table, so a long sequence holds about window / page_size
+pages rather than all of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections import OrderedDict, deque
 from engine.host.sequence import Sequence
 
 NO_PARENT = b""  # the parent hash of a sequence's first page
+NULL_PAGE = 0  # never handed out; stands in a block table for a page released behind a window
 
 
 def hash_page(parent_hash: bytes, token_ids: list[int]) -> bytes:
@@ -50,12 +57,13 @@ class BlockManager:
     a sequence is about to write.
     """
 
-    def __init__(self, num_pages: int, page_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_pages: int, page_size: int, enable_prefix_caching: bool = True, window: int = 0) -> None:
         if num_pages < 2:
             raise ValueError("the KV cache needs the null page and at least one more")
         self.num_pages = num_pages  # page 0 included
         self.page_size = page_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.window = window  # keys every layer sees behind a token (0: all of them)
         self._ref_counts = [0] * num_pages
         self._unhashed_pages: deque[int] = deque(range(1, num_pages))  # free, never hashed
         self._evictable_pages: OrderedDict[int, None] = OrderedDict()  # free, hashed; LRU first
@@ -158,16 +166,22 @@ class BlockManager:
         its tail is the part least likely to be shared.
         """
         for page in reversed(seq.block_table):
-            self._ref_counts[page] -= 1
-            if self._ref_counts[page] > 0:
-                continue
-            if page in self._page_hashes:
-                self._evictable_pages[page] = None
-            else:
-                self._unhashed_pages.append(page)
+            self._release(page)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
+
+    def release_unseen(self, seq: Sequence) -> None:
+        """Return the pages no layer of a windowed model will read again for `seq`: those
+        wholly before the first key its next token sees (position num_computed_tokens -
+        window + 1). They are full and computed, so already registered in the prefix cache.
+        Call after `mark_computed`."""
+        if not self.window:
+            return
+        first_seen = seq.num_computed_tokens - self.window + 1
+        for index in range(min(max(first_seen, 0) // self.page_size, len(seq.block_table))):
+            self._release(seq.block_table[index])
+            seq.block_table[index] = NULL_PAGE
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Give `child` (holding no pages) every page of `parent`, shared: a beam forking.
@@ -175,7 +189,8 @@ class BlockManager:
         its own before it writes into a shared one."""
         assert not child.block_table, f"{child.request_id} already holds pages"
         for page in parent.block_table:
-            self._ref_counts[page] += 1
+            if page != NULL_PAGE:  # a page released behind a window
+                self._ref_counts[page] += 1
         child.block_table = list(parent.block_table)
         child.block_hashes = list(parent.block_hashes)
         child.num_computed_tokens = parent.num_computed_tokens
@@ -203,6 +218,18 @@ class BlockManager:
         num_tokens = seq.num_computed_tokens + num_new_tokens
         num_pages = -(-num_tokens // self.page_size)
         return max(0, num_pages - len(seq.block_table))
+
+    def _release(self, page: int) -> None:
+        """Drop one reference to `page` (the null page: none), pooling it at the last."""
+        if page == NULL_PAGE:
+            return
+        self._ref_counts[page] -= 1
+        if self._ref_counts[page] > 0:
+            return
+        if page in self._page_hashes:
+            self._evictable_pages[page] = None
+        else:
+            self._unhashed_pages.append(page)
 
     def _take(self, page: int) -> None:
         """Reference a cached page, taking it out of the evictable pool if it sits there."""

@@ -151,6 +151,7 @@ class Scheduler:
                 continue
             seq.num_computed_tokens += item.num_new_tokens
             self.block_manager.mark_computed(seq)
+            self.block_manager.release_unseen(seq)
             if token_id is not None and seq.beam is None:
                 seq.append_token(int(token_id))
                 grown.append(seq)

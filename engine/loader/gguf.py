@@ -21,7 +21,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from engine.config import ModelConfig
+from engine.config import LINEAR, ModelConfig, RopeScaling
 from engine.models import family_for_gguf, family_of
 from engine.models.family import TensorNames
 from engine.models.params import param_specs
@@ -58,7 +58,6 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
     hidden, num_heads = int(get("embedding_length")), int(get("attention.head_count"))
     head_dim = int(get("attention.key_length", hidden // num_heads))
     _refuse_partial_rotary(get("rope.dimension_count", head_dim), head_dim)
-    _refuse_rope_scaling(get("rope.scaling.type", None), get("rope.scaling.factor", 1.0))
     shared = dict(
         vocab_size=_vocab_size(fields, get("vocab_size", None)),
         hidden_size=hidden,
@@ -69,6 +68,7 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
         head_dim=head_dim,
         rms_norm_eps=_float32(get("attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=_float32(get("rope.freq_base", 10000.0)),
+        rope_scaling=_rope_scaling(get("rope.scaling.type", None), get("rope.scaling.factor", 1.0)),
         max_position_embeddings=int(get("context_length", 2048)),
         tie_word_embeddings="output.weight" not in tensor_names,
         bos_token_id=_optional_int(_value(fields, "tokenizer.ggml.bos_token_id", None)),
@@ -116,10 +116,13 @@ def _refuse_partial_rotary(rotary_dim: int, head_dim: int) -> None:
         raise ValueError(f"RoPE over {rotary_dim} of {head_dim} head dims is not supported")
 
 
-def _refuse_rope_scaling(kind: str | None, factor: float) -> None:
+def _rope_scaling(kind: str | None, factor: float) -> RopeScaling | None:
     # Llama 3.1 GGUFs carry their scaling as the rope_freqs tensor, not as these keys.
-    if kind not in (None, "none") and float(factor) != 1.0:
+    if kind in (None, "none") or float(factor) == 1.0:
+        return None
+    if kind != LINEAR:
         raise ValueError(f"unsupported GGUF rope scaling type {kind!r}")
+    return RopeScaling(factor=_float32(factor), kind=LINEAR)
 
 
 def _end_token_ids(fields: Mapping) -> tuple[int, ...]:
@@ -153,6 +156,8 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
         array = dequantize(tensors[name])
         if heads is not None:
             array = unpermute_rows(array, heads)
+        if family.gguf_norm_offset and name.endswith("norm.weight"):
+            array = array - np.float32(family.gguf_norm_offset)
         return array
 
     params = {name: np.array(read(names.top[name])) for name in specs if name != "layers"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
-from engine.config import ModelConfig, RopeScaling
+from engine.config import LINEAR, LLAMA3, ModelConfig, RopeScaling
 from engine.models import family_for_hf, family_of
 from engine.models.family import TensorNames
 from engine.models.params import param_specs
@@ -56,8 +56,10 @@ def _rope_scaling(scaling: dict | None) -> RopeScaling | None:
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind in (None, "default"):
         return None
-    if kind != "llama3":
-        raise ValueError(f"unsupported rope scaling type {kind!r}; Flint supports 'llama3'")
+    if kind == LINEAR:  # positions divided by factor
+        return RopeScaling(factor=float(scaling["factor"]), kind=LINEAR)
+    if kind != LLAMA3:
+        raise ValueError(f"unsupported rope scaling type {kind!r}; Flint supports 'llama3' and 'linear'")
     return RopeScaling(
         factor=float(scaling["factor"]),
         low_freq_factor=float(scaling["low_freq_factor"]),

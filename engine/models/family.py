@@ -60,5 +60,7 @@ class Family:
     gguf_features: Callable[[MetadataGetter, str], dict] = no_features
     # GGUF architectures whose Q and K rows llama.cpp's converter permuted (loader/gguf.py).
     gguf_permuted_qk: tuple[str, ...] = ()
+    # What llama.cpp's converter added to every norm weight (Gemma's 1), taken off on load.
+    gguf_norm_offset: float = 0.0
     # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).
     hf_ignored_suffixes: tuple[str, ...] = field(default=("rotary_emb.inv_freq",))

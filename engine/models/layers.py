@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from engine.config import AUTO, LAYER_LOOPS, SCAN, UNROLLED, ModelConfig, RopeScaling
+from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
 from engine.device.weights import Int8Weight, dequantize
 
 
@@ -68,7 +68,9 @@ def rope_inv_freq(config: ModelConfig, freq_factors=None):
     """Inverse frequencies [head_dim // 2] of the rotary embedding."""
     exponents = jnp.arange(0, config.head_dim, 2, dtype=jnp.float32) / config.head_dim
     inv_freq = 1.0 / (config.rope_theta**exponents)
-    if config.rope_scaling is not None:
+    if config.rope_scaling is not None and config.rope_scaling.kind == LINEAR:
+        inv_freq = inv_freq / config.rope_scaling.factor
+    elif config.rope_scaling is not None:
         inv_freq = llama3_scaled(inv_freq, config.rope_scaling)
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors

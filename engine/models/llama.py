@@ -15,6 +15,7 @@ and `logits` (engine/models/gemma.py does).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,8 @@ from engine.models.layers import (
     rms_norm,
     rope_inv_freq,
 )
+
+FULL_ATTENTION = 2**30  # the window of a layer that sees every key, beside windowed layers
 
 if TYPE_CHECKING:  # the cache's sharding reads the registry, which imports this module
     from engine.device.attention import Attention
@@ -95,13 +98,13 @@ class Llama(nnx.Module):
         x = x + linear(attn, weights["wo"])
         return x + mlp(self.norm(x, weights["mlp_norm"]), weights), cache
 
-    def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, window=None,
-               softcap=None):
+    def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, softcap=None):
         """Self-attention of the normed h [tokens, hidden] over the cache, its K and V written
-        first: ([tokens, heads * head_dim], cache). `window` (keys within the last W
-        positions) and `softcap` (tanh capping of the scores) are off where None."""
+        first: ([tokens, heads * head_dim], cache). The layer's window (`window`) and
+        `softcap` (tanh capping of the scores; None: off) go to the attention."""
         config = self.config
         inv_freq = step.inv_freq if inv_freq is None else inv_freq
+        window = self.window(index)
         q, k, v = project_qkv(config, h, weights, step.batch.positions, inv_freq, self.norm)
         cache = cache.write(index, step.pages, step.offsets, k, v)
         k_cache, v_cache, cache_layer = cache.operands(index)
@@ -110,6 +113,14 @@ class Llama(nnx.Module):
             features = {key: value for key, value in (("window", window), ("softcap", softcap)) if value is not None}
             attn = self.attention(q, k, v, k_cache, v_cache, cache_layer, step.batch, scale, **features)
         return attn.reshape(h.shape[0], -1), cache
+
+    def window(self, index):
+        """Layer `index`'s window, as many of the latest keys as it sees (traced under a scan);
+        None where no layer has one."""
+        windows = self.config.layer_windows
+        if not any(windows):
+            return None
+        return jnp.asarray([window or FULL_ATTENTION for window in windows], jnp.int32)[index]
 
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]
@@ -219,13 +230,12 @@ LLAMA = Family(
 )
 
 
-def window_capped_positions(c: dict, window_applies: bool) -> dict:
-    """The context of a config.json whose sliding window applies, capped to the window.
-
-    This decoder attends to every cached key; within the window full attention is exact,
-    so a model with a smaller window is served with its context capped to that window."""
-    positions = int(c.get("max_position_embeddings", 2048))
-    window = c.get("sliding_window")
-    if window and window_applies:
-        return {"max_position_embeddings": min(positions, int(window))}
-    return {}
+def hf_layer_windows(c: dict, sliding: Callable[[int], bool]) -> dict:
+    """ModelConfig.layer_windows of a config.json: its `layer_types` where it has them
+    (transformers writes them since 4.53), else `sliding(layer)`; 0 for a full layer."""
+    window = int(c.get("sliding_window") or 0)
+    types = c.get("layer_types")
+    flags = ([kind == "sliding_attention" for kind in types] if types
+             else [sliding(layer) for layer in range(c["num_hidden_layers"])])
+    windows = tuple(window if flag else 0 for flag in flags)
+    return {"layer_windows": windows} if any(windows) else {}

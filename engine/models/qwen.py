@@ -10,26 +10,26 @@ Hugging Face layout).
 from __future__ import annotations
 
 from engine.models.family import Family
-from engine.models.llama import (
-    GGUF_TENSORS,
-    HF_TENSORS,
-    Llama,
-    llama_param_specs,
-    refuse_extra_biases,
-    window_capped_positions,
-)
+from engine.models.llama import (GGUF_TENSORS, HF_TENSORS, Llama, hf_layer_windows, llama_param_specs,
+                                 refuse_extra_biases)
+
+
+def qwen_windows(c: dict) -> dict:
+    """Qwen configs carry a sliding_window and switch it on explicitly, for the layers from
+    max_window_layers on."""
+    first = c.get("max_window_layers", c["num_hidden_layers"])
+    return hf_layer_windows(c, lambda layer: bool(c.get("use_sliding_window")) and layer >= first)
 
 
 def qwen2_hf_features(c: dict, architecture: str) -> dict:
     if c.get("mlp_bias"):
         raise ValueError(f"{architecture} with mlp_bias=true is not supported")
-    # Qwen configs carry a sliding_window and switch it on explicitly.
-    return {"attention_bias": True, **window_capped_positions(c, c.get("use_sliding_window", False))}
+    return {"attention_bias": True, **qwen_windows(c)}
 
 
 def qwen3_hf_features(c: dict, architecture: str) -> dict:
     refuse_extra_biases(c, architecture)
-    return {"qk_norm": True, **window_capped_positions(c, c.get("use_sliding_window", False))}
+    return {"qk_norm": True, **qwen_windows(c)}
 
 
 QWEN2 = Family(

@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.draw import Draw, inverse_cdf_draw
-from engine.sampling.filters import (apply_min_p, apply_typical_p, apply_xtc, kth_best, min_p_keeps,
-                                     nucleus_threshold, take)
+from engine.sampling.filters import apply_after_the_cuts, kth_best, min_p_keeps, nucleus_threshold, take
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.topk import top_k as best_of
 
@@ -102,9 +101,8 @@ def shape_candidates(values, arrays, cuts: Narrowing, xtc_uniform):
     values = _below(values, cuts.k_threshold, cuts.by_k)
     values = _nucleus_of_survivors(values, arrays.top_p, cuts.by_k & (arrays.top_p < 1.0))
     values = _below(values, cuts.p_threshold, cuts.by_p)
-    values = apply_min_p(values, arrays.min_p)
-    values = apply_typical_p(values, arrays.typical_p)
-    return apply_xtc(values, arrays.xtc_threshold, arrays.xtc_probability, xtc_uniform)
+    return apply_after_the_cuts(values, arrays.min_p, arrays.typical_p, arrays.xtc_threshold, arrays.xtc_probability,
+                                xtc_uniform)
 
 
 def narrow_draw(scaled, arrays, uniforms) -> tuple[Draw, jax.Array]:

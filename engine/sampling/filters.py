@@ -191,12 +191,16 @@ def apply_xtc(logits, threshold, probability, uniform):
 
 
 def apply_truncation(logits, top_k, top_p, min_p, typical_p, xtc_threshold, xtc_probability, xtc_uniform):
-    """All filters in the order top_k, top_p, min_p, typical_p, XTC (vLLM/llama.cpp-like).
+    """All filters in the order top_k, top_p, then `apply_after_the_cuts` (vLLM/llama.cpp-like).
 
     Each filter sees the logits left by the previous ones, so its probabilities are
     renormalized over the surviving tokens. A filter no row uses costs one `jnp.any`."""
-    logits = apply_top_k(logits, top_k)
-    logits = apply_top_p(logits, top_p)
-    logits = apply_min_p(logits, min_p)
-    logits = apply_typical_p(logits, typical_p)
+    logits = apply_top_p(apply_top_k(logits, top_k), top_p)
+    return apply_after_the_cuts(logits, min_p, typical_p, xtc_threshold, xtc_probability, xtc_uniform)
+
+
+def apply_after_the_cuts(logits, min_p, typical_p, xtc_threshold, xtc_probability, xtc_uniform):
+    """The filters after top-k and top-p, in their order: min_p, typical_p, XTC. Both
+    sampling paths end with them (the narrow one on its candidates, engine/sampling/candidates.py)."""
+    logits = apply_typical_p(apply_min_p(logits, min_p), typical_p)
     return apply_xtc(logits, xtc_threshold, xtc_probability, xtc_uniform)

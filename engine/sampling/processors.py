@@ -77,12 +77,6 @@ def apply_logit_bias(logits, bias_ids, bias_values):
     return jnp.asarray(logits).at[_row_index(ids), ids].add(values, mode="drop")
 
 
-def ban_tokens(logits, banned_ids):
-    """Set the logits of banned_ids int32 [rows, B] (-1 = padding) to -inf."""
-    ids = _scatter_ids(banned_ids, logits.shape[-1])
-    return jnp.asarray(logits).at[_row_index(ids), ids].set(-jnp.inf, mode="drop")
-
-
 def unpack_allowed(words, vocab_size: int):
     """bool [rows, vocab] from llguidance's packed int32 words [rows, ceil(vocab / 32)].
 

@@ -41,7 +41,7 @@ SERVE_TIMEOUT = 300  # seconds of requests at most while buckets are missing
 
 
 def numpy_forward(config, params, token_ids) -> np.ndarray:
-    """The engine tests' independent NumPy forward (tests/engine/numpy_reference.py), which is
+    """The engine tests' independent NumPy forward (tests/numpy_reference.py), which is
     not on this directory's import path."""
     path = Path(__file__).resolve().parent.parent / "engine" / "numpy_reference.py"
     spec = importlib.util.spec_from_file_location("numpy_reference", path)

@@ -247,3 +247,35 @@ def test_a_fork_at_a_page_edge_copies_nothing():
     manager.append(child, 1)
     manager.append(parent, 1)
     assert child.block_table[2] != parent.block_table[2]
+
+
+def test_a_windowed_model_returns_the_pages_behind_its_window():
+    """Every layer sees the last 6 keys: after 30 tokens, the next one (position 30) sees
+    keys 25..30, so pages 0..5 (keys 0..23) are never read again and go back to the pool,
+    still in the prefix cache; the block table holds the null page in their place."""
+    manager = BlockManager(num_pages=12, page_size=4, window=6)
+    seq = make_seq(list(range(30)))
+    manager.allocate(seq)
+    compute(manager, seq, 30)
+    held = list(seq.block_table)
+    manager.release_unseen(seq)
+    assert seq.block_table == [0] * 6 + held[6:]
+    assert manager.num_free_pages == 11 - 2 and [manager.ref_count(page) for page in held[:6]] == [0] * 6
+    assert manager.allocate(again := make_seq(list(range(30)), "again")) == 28  # the prefix cache kept them
+    manager.free(again)
+    child = make_seq(list(range(30)), "child")
+    manager.fork(seq, child)  # shares only the pages still held
+    assert [manager.ref_count(page) for page in held[6:]] == [2, 2]
+    manager.free(child)
+    manager.free(seq)
+    assert manager.num_free_pages == 11 and all(manager.ref_count(page) == 0 for page in range(12))
+
+
+def test_without_a_window_no_page_is_released():
+    manager = BlockManager(num_pages=12, page_size=4)
+    seq = make_seq(list(range(30)))
+    manager.allocate(seq)
+    compute(manager, seq, 30)
+    held = list(seq.block_table)
+    manager.release_unseen(seq)
+    assert seq.block_table == held

@@ -85,14 +85,20 @@ def test_hf_config_defaults_and_variants():
     assert config_from_hf(smollm2).tie_word_embeddings
 
 
-def test_hf_sliding_window_caps_the_context():
+def test_hf_sliding_windows_per_layer():
+    """Mistral windows every layer whenever sliding_window is set; Qwen only with
+    use_sliding_window, from max_window_layers on; `layer_types` (transformers >= 4.53)
+    says it per layer where a config has it. The context is not capped."""
     mistral = {**hf_config_json(CONFIGS["llama"], "mistral"), "max_position_embeddings": 32768}
-    del mistral["rope_scaling"]
-    assert config_from_hf({**mistral, "sliding_window": 4096}).max_position_embeddings == 4096
-    assert config_from_hf({**mistral, "sliding_window": None}).max_position_embeddings == 32768
+    windowed = config_from_hf({**mistral, "sliding_window": 4096})
+    assert windowed.layer_windows == (4096, 4096) and windowed.max_position_embeddings == 32768
+    assert windowed.windowed(32768) and not windowed.windowed(4096)
+    assert config_from_hf({**mistral, "sliding_window": None}).layer_windows == ()
     qwen2 = {**hf_config_json(CONFIGS["qwen2"], "qwen2"), "sliding_window": 64}
-    assert config_from_hf({**qwen2, "use_sliding_window": False}).max_position_embeddings == 512
-    assert config_from_hf({**qwen2, "use_sliding_window": True}).max_position_embeddings == 64
+    assert config_from_hf({**qwen2, "use_sliding_window": False}).layer_windows == ()
+    assert config_from_hf({**qwen2, "use_sliding_window": True, "max_window_layers": 1}).layer_windows == (0, 64)
+    typed = {**qwen2, "layer_types": ["sliding_attention", "full_attention"]}
+    assert config_from_hf(typed).layer_windows == (64, 0)
 
 
 @pytest.mark.parametrize("change,message", [

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.sampling.processors import (apply_allowed, apply_logit_bias, apply_penalties, ban_tokens, count_tokens,
+from engine.sampling.processors import (apply_allowed, apply_logit_bias, apply_penalties, count_tokens,
                                         unpack_allowed)
 
 ROWS, VOCAB = 6, 300
@@ -131,19 +131,6 @@ def test_logit_bias_plus_100_forces_and_minus_100_bans():
     ids = np.stack([winners, np.full(ROWS, -1, np.int32)], axis=1)
     banned = apply_logit_bias(logits, ids, np.full((ROWS, 2), -100.0, np.float32))
     assert not np.any(np.asarray(jnp.argmax(banned, -1)) == winners)
-
-
-def test_ban_tokens_sets_exactly_the_listed_ids_to_minus_inf():
-    logits = random_logits()
-    ids = RNG.integers(0, VOCAB, (ROWS, 7)).astype(np.int32)
-    ids[:, 4:] = -1
-    ids[2] = -1
-    out = np.asarray(jax.jit(ban_tokens)(logits, ids))
-    expected = logits.copy()
-    for row in range(ROWS):
-        expected[row, ids[row][ids[row] >= 0]] = -np.inf
-    assert np.array_equal(out, expected)
-    assert np.array_equal(out[2], logits[2])
 
 
 @pytest.mark.parametrize("vocab", [300, 320, 33, 1])

@@ -16,7 +16,9 @@ on a GPU must pass the same check, or the engine does not start.
 
 Every implementation is called as
     attention(q, k, v, k_cache, v_cache, layer, batch, scale) -> [tokens, heads, d]
-after the model has written the step's keys and values to the cache.
+after the model has written the step's keys and values to the cache. The reference also
+takes `window=` and `softcap=` (engine/device/attention/reference.py); a model that uses
+them is served by the reference (`choose(..., plain=False)`).
 """
 
 from __future__ import annotations
@@ -86,9 +88,16 @@ class AttentionChoice:
 
 
 def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
-           buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS) -> AttentionChoice:
+           buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS, plain: bool = True) -> AttentionChoice:
     """What `requested` stands for here, after the kernel's start-up check at the engine's
-    `buckets` ((tokens, rows) of its smallest and largest)."""
+    `buckets` ((tokens, rows) of its smallest and largest). A model whose attention is not
+    `plain` (a sliding window, soft-capped scores) gets the reference, which has both."""
+    if not plain:
+        if requested in (MOSAIC_GPU, RAGGED_TPU):
+            raise ValueError(f"attention {requested} has no sliding window or soft-capping, and this model uses "
+                             "them: use auto or reference")
+        resolve(requested, dtype, head_dim, num_heads, num_kv_heads, page_size)  # the name's check
+        return AttentionChoice(requested, REFERENCE)
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
     name = resolve(requested, *shape)
     problem = start_up_problem(name, requested, *shape, buckets=buckets)

@@ -7,6 +7,11 @@ Each token attends to two sets of keys, merged with the online-softmax rule:
 - the tokens of its own sequence in this step (causal), taken straight from the fresh
   keys and values, so a prompt's first chunk reads no cache at all.
 Masked keys add exact zeros, so a token's result does not depend on what else is batched.
+
+Two features of some families (engine/models/): a sliding window, where a token at position
+p sees only keys at positions above p - window (the loop over cached blocks starts at the
+first block any token of the step still sees), and soft-capping, where each score s
+becomes cap * tanh(s / cap) before the softmax.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ def merge_softmax(a, b):
     return m, l_a * scale_a + l_b * scale_b, acc_a * scale_a[..., None] + acc_b * scale_b[..., None]
 
 
-def partial_softmax(scores, mask, values_einsum):
+def partial_softmax(scores, mask, values_einsum, softcap=None):
     """Softmax state of masked scores [t, kv, group, keys]; values_einsum(p) gives the sum."""
+    if softcap is not None:
+        scores = softcap * jnp.tanh(scores / softcap)
     scores = jnp.where(mask, scores, NEG_INF)
     m = scores.max(-1)
     # A row with no valid key keeps m = -inf; shift by 0 there so exp() gives zeros, not NaN.
@@ -38,16 +45,19 @@ def partial_softmax(scores, mask, values_einsum):
     return m, p.sum(-1), values_einsum(p)
 
 
-def attend_to_step(q, k, v, positions, token_rows):
+def attend_to_step(q, k, v, positions, token_rows, first_keys, softcap=None):
     """Causal attention among the tokens of this step, within each sequence.
 
     q: [t, kv, group, d]; k, v: [t, kv, d]. Padding tokens carry row -1, so no real token
-    ever attends to them."""
+    ever attends to them. first_keys [t]: each token's first visible key position (None:
+    no window)."""
     same_seq = token_rows[:, None] == token_rows[None, :]
     causal = positions[None, :] <= positions[:, None]
+    if first_keys is not None:
+        causal &= positions[None, :] >= first_keys[:, None]
     mask = (same_seq & causal)[:, None, None, :]
     scores = jnp.einsum("tkgd,skd->tkgs", q, k)
-    return partial_softmax(scores, mask, lambda p: jnp.einsum("tkgs,skd->tkgd", p, v))
+    return partial_softmax(scores, mask, lambda p: jnp.einsum("tkgs,skd->tkgd", p, v), softcap)
 
 
 def empty_state(num_tokens: int, num_kv: int, group: int, head_dim: int, dtype):
@@ -59,11 +69,13 @@ def empty_state(num_tokens: int, num_kv: int, group: int, head_dim: int, dtype):
     )
 
 
-def block_reader(k_cache, v_cache, layer, tables, context_lens, attend):
-    """A fori_loop body over blocks of pages, and the loop's trip count.
+def block_reader(k_cache, v_cache, layer, tables, context_lens, first_keys, attend):
+    """A fori_loop body over blocks of pages, and the loop's first and last block.
 
     tables [n, pages_per_seq] are the page lists read (one per token, or per dense row);
-    `attend(j, k, v, key_positions)` folds one block's keys [n, block_keys, kv, d] into the state."""
+    `attend(j, k, v, key_positions)` folds one block's keys [n, block_keys, kv, d] into the
+    state. Blocks before the first key any token with a context sees (`first_keys` [t]) are
+    skipped."""
     page_size = k_cache.shape[2]
     block_pages = max(1, BLOCK_TOKENS // page_size)
     block_keys = block_pages * page_size
@@ -77,10 +89,23 @@ def block_reader(k_cache, v_cache, layer, tables, context_lens, attend):
         return merge_softmax(state, attend(k, v, j * block_keys + jnp.arange(block_keys)))
 
     num_blocks = (context_lens.max() + block_keys - 1) // block_keys
-    return read_block, num_blocks
+    if first_keys is None:
+        return read_block, 0, num_blocks
+    seen_from = jnp.min(jnp.where(context_lens > 0, first_keys, jnp.iinfo(jnp.int32).max))
+    first_block = jnp.minimum(jnp.maximum(seen_from, 0) // block_keys, num_blocks)
+    return read_block, first_block, num_blocks
 
 
-def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, context_lens):
+def visible(key_positions, context_lens, first_keys):
+    """Mask [t, keys] of the cached keys each token sees: below its context, and from its
+    first key on where there is a window (`first_keys` not None)."""
+    mask = key_positions[None, :] < context_lens[:, None]
+    if first_keys is not None:
+        mask &= key_positions[None, :] >= first_keys[:, None]
+    return mask
+
+
+def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, context_lens, first_keys, softcap=None):
     """Attention to each token's cached context, read token by token, a block of pages per
     loop iteration (the decode path: a decode row's one token reads its row's pages once).
 
@@ -95,17 +120,17 @@ def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, contex
         # the gathered keys [t, p, kv, d] transposed to [t, kv, p, d] first, and on XLA's
         # CPU backend those transposes cost more than the gather (43 of 127 ms in a 32-row
         # decode step). Broadcast-multiply-reduce reads them as they lie.
-        mask = key_positions[None, :] < context_lens[:, None]
+        mask = visible(key_positions, context_lens, first_keys)
         scores = (q[:, None] * k[:, :, :, None, :]).sum(-1)  # [t, p, kv, g]
         scores = jnp.moveaxis(scores, 1, -1)  # [t, kv, g, p]: small, unlike the keys
         return partial_softmax(scores, mask[:, None, None, :],
-                               lambda p: (jnp.moveaxis(p, -1, 1)[..., None] * v[:, :, :, None, :]).sum(1))
+                               lambda p: (jnp.moveaxis(p, -1, 1)[..., None] * v[:, :, :, None, :]).sum(1), softcap)
 
-    read_block, num_blocks = block_reader(k_cache, v_cache, layer, token_tables, context_lens, attend)
-    return jax.lax.fori_loop(0, num_blocks, read_block, empty_state(*q.shape, q.dtype))
+    read_block, first, last = block_reader(k_cache, v_cache, layer, token_tables, context_lens, first_keys, attend)
+    return jax.lax.fori_loop(first, last, read_block, empty_state(*q.shape, q.dtype))
 
 
-def attend_to_dense_row(q, k_cache, v_cache, layer, table, in_row, context_lens):
+def attend_to_dense_row(q, k_cache, v_cache, layer, table, in_row, context_lens, first_keys, softcap=None):
     """Attention of the tokens `in_row` (a mask [t]) to their row's cached context, read once:
     the row's pages `table` [pages_per_seq] are gathered a block at a time and every token
     of the step is scored against them, the others masked out. A prompt chunk of 488 tokens
@@ -113,15 +138,16 @@ def attend_to_dense_row(q, k_cache, v_cache, layer, table, in_row, context_lens)
     context_lens = jnp.where(in_row, context_lens, 0)
 
     def attend(k, v, key_positions):
-        mask = in_row[:, None] & (key_positions[None, :] < context_lens[:, None])
+        mask = in_row[:, None] & visible(key_positions, context_lens, first_keys)
         scores = jnp.einsum("tkgd,pkd->tkgp", q, k[0])
-        return partial_softmax(scores, mask[:, None, None, :], lambda p: jnp.einsum("tkgp,pkd->tkgd", p, v[0]))
+        return partial_softmax(scores, mask[:, None, None, :], lambda p: jnp.einsum("tkgp,pkd->tkgd", p, v[0]),
+                               softcap)
 
-    read_block, num_blocks = block_reader(k_cache, v_cache, layer, table[None, :], context_lens, attend)
-    return jax.lax.fori_loop(0, num_blocks, read_block, empty_state(*q.shape, q.dtype))
+    read_block, first, last = block_reader(k_cache, v_cache, layer, table[None, :], context_lens, first_keys, attend)
+    return jax.lax.fori_loop(first, last, read_block, empty_state(*q.shape, q.dtype))
 
 
-def attend_to_context(q, k_cache, v_cache, layer, batch):
+def attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap=None):
     """Every token's attention to its cached context.
 
     A step of more tokens than rows (some row computes a chunk of several) splits the work:
@@ -130,26 +156,32 @@ def attend_to_context(q, k_cache, v_cache, layer, batch):
     its pages once for all of its tokens."""
     num_tokens, num_rows = q.shape[0], batch.block_tables.shape[0]
     if num_tokens <= num_rows:
-        return attend_to_cache(q, k_cache, v_cache, layer, batch.block_tables, batch.token_rows, batch.context_lens)
+        return attend_to_cache(q, k_cache, v_cache, layer, batch.block_tables, batch.token_rows, batch.context_lens,
+                               first_keys, softcap)
     dense = (batch.token_rows[:, None] == batch.dense_rows[None, :]) & (batch.dense_rows[None, :] >= 0)
     sparse_lens = jnp.where(dense.any(-1), 0, batch.context_lens)[:num_rows]
     sparse = attend_to_cache(q[:num_rows], k_cache, v_cache, layer, batch.block_tables,
-                             batch.token_rows[:num_rows], sparse_lens)
+                             batch.token_rows[:num_rows], sparse_lens,
+                             None if first_keys is None else first_keys[:num_rows], softcap)
     padding = empty_state(num_tokens - num_rows, *q.shape[1:], q.dtype)
     state = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), sparse, padding)
     for index in range(batch.dense_rows.shape[0]):
         table = batch.block_tables[jnp.maximum(batch.dense_rows[index], 0)]
         state = merge_softmax(state, attend_to_dense_row(q, k_cache, v_cache, layer, table, dense[:, index],
-                                                         batch.context_lens))
+                                                         batch.context_lens, first_keys, softcap))
     return state
 
 
-def paged_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float):
-    """Attention output [t, heads, d] for queries q [t, heads, d] and this step's k, v [t, kv, d]."""
+def paged_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float, window=None, softcap=None):
+    """Attention output [t, heads, d] for queries q [t, heads, d] and this step's k, v [t, kv, d].
+
+    `window` (None: every key) may be traced, as a scan over layers gives it; `softcap` is
+    static (None: off)."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv = k.shape[1]
     q = (q * scale).reshape(num_tokens, num_kv, num_heads // num_kv, head_dim)
-    cached = attend_to_context(q, k_cache, v_cache, layer, batch)
-    fresh = attend_to_step(q, k, v, batch.positions, batch.token_rows)
+    first_keys = None if window is None else batch.positions - window + 1
+    cached = attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap)
+    fresh = attend_to_step(q, k, v, batch.positions, batch.token_rows, first_keys, softcap)
     _, normaliser, weighted = merge_softmax(cached, fresh)
     return (weighted / normaliser[..., None]).reshape(num_tokens, num_heads, head_dim)

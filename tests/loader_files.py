@@ -17,7 +17,9 @@ from safetensors.numpy import save_file
 from engine.config import ModelConfig
 
 HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                    "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
+                    "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+                    "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+GEMMA = ("gemma2", "gemma3")
 
 
 def hf_config_json(config: ModelConfig, arch: str) -> dict:
@@ -42,13 +44,33 @@ def hf_config_json(config: ModelConfig, arch: str) -> dict:
                          else list(c.eos_token_ids)),
         "torch_dtype": "float32",
     }
-    if c.rope_scaling is not None:
+    if arch in GEMMA:
+        document.update(gemma_config_json(c, arch))
+    elif arch == "mistral":  # one window for every layer
+        document["sliding_window"] = max(c.layer_windows, default=0) or None
+    if c.rope_scaling is not None and c.rope_scaling.kind == "linear":
+        document["rope_scaling"] = {"rope_type": "linear", "factor": c.rope_scaling.factor}
+    elif c.rope_scaling is not None:
         s = c.rope_scaling
         document["rope_scaling"] = {
             "rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
             "high_freq_factor": s.high_freq_factor,
             "original_max_position_embeddings": s.original_max_position_embeddings,
         }
+    return document
+
+
+def gemma_config_json(c: ModelConfig, arch: str) -> dict:
+    """Gemma 2 / 3's own keys, as transformers writes them (layer_types since 4.53)."""
+    document = {"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": c.query_pre_attn_scalar,
+                "sliding_window": max(c.layer_windows, default=0) or None,
+                "layer_types": ["sliding_attention" if window else "full_attention" for window in c.layer_windows]}
+    if arch == "gemma2":
+        document.update(attn_logit_softcapping=c.attn_logit_softcapping,
+                        final_logit_softcapping=c.final_logit_softcapping)
+    else:
+        document.update(rope_local_base_freq=c.rope_local_theta, attn_logit_softcapping=None,
+                        final_logit_softcapping=None, model_type="gemma3_text")
     return document
 
 
@@ -62,7 +84,12 @@ def hf_tensors(config: ModelConfig, params: dict) -> dict[str, np.ndarray]:
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
         tensors[p + "input_layernorm.weight"] = layers["attn_norm"][i]
-        tensors[p + "post_attention_layernorm.weight"] = layers["mlp_norm"][i]
+        if "post_attn_norm" in layers:  # Gemma: a norm before and after each block
+            tensors[p + "post_attention_layernorm.weight"] = layers["post_attn_norm"][i]
+            tensors[p + "pre_feedforward_layernorm.weight"] = layers["mlp_norm"][i]
+            tensors[p + "post_feedforward_layernorm.weight"] = layers["post_mlp_norm"][i]
+        else:
+            tensors[p + "post_attention_layernorm.weight"] = layers["mlp_norm"][i]
         for proj, name in (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv"), ("o_proj", "wo")):
             tensors[p + f"self_attn.{proj}.weight"] = layers[name][i]
         for proj, name in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
@@ -117,7 +144,9 @@ def gguf_tensors(config: ModelConfig, params: dict, arch: str) -> dict[str, np.n
         tensors["output.weight"] = hf["lm_head.weight"]
     names = {
         "input_layernorm.weight": "attn_norm.weight",
-        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "post_attention_layernorm.weight": "post_attention_norm.weight" if arch in GEMMA else "ffn_norm.weight",
+        "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+        "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
         "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
         "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
         "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
@@ -134,6 +163,8 @@ def gguf_tensors(config: ModelConfig, params: dict, arch: str) -> dict[str, np.n
         elif permute and rest.startswith("self_attn.k_proj"):
             array = llama_cpp_permute(array, config.num_kv_heads)
         tensors[f"blk.{i}.{names[rest]}"] = array
+    if arch in GEMMA:  # llama.cpp's converter stores Gemma's norm weights plus one
+        tensors = {name: array + 1 if name.endswith("norm.weight") else array for name, array in tensors.items()}
     return tensors
 
 
@@ -156,6 +187,14 @@ def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
     writer.add_vocab_size(c.vocab_size)
     writer.add_bos_token_id(c.bos_token_id)
     writer.add_eos_token_id(c.eos_token_ids[0])
+    if arch in GEMMA:
+        writer.add_sliding_window(max(c.layer_windows, default=0))
+    if c.rope_scaling is not None and c.rope_scaling.kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(c.rope_scaling.factor)
+    if arch == "gemma2":
+        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(c.final_logit_softcapping)
     tensors = {**gguf_tensors(config, params, arch), **(extra or {})}
     for name, array in tensors.items():
         if name in skip:

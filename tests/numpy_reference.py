@@ -47,12 +47,15 @@ def rotate(x, positions, inv_freq):
     return np.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1).astype(np.float32)
 
 
-def attention(q, k, v):
-    """q: [seq, heads, d], k/v: [seq, kv_heads, d]; causal, grouped-query."""
+def attention(q, k, v, window=0):
+    """q: [seq, heads, d], k/v: [seq, kv_heads, d]; causal, grouped-query. With a `window`,
+    a query at position i sees only keys j with i - j < window (Mistral's sliding window)."""
     seq, heads, d = q.shape
     group = heads // k.shape[1]
     out = np.zeros_like(q)
     causal = np.tril(np.ones((seq, seq), dtype=bool))
+    if window:
+        causal &= np.triu(np.ones((seq, seq), dtype=bool), -(window - 1))
     for h in range(heads):
         scores = q[:, h, :] @ k[:, h // group, :].T / np.sqrt(d)
         scores = np.where(causal, scores, -np.inf)
@@ -81,7 +84,8 @@ def forward(config, params, token_ids):
             q = rms_norm(q, layers["q_norm"][i], config.rms_norm_eps)
             k = rms_norm(k, layers["k_norm"][i], config.rms_norm_eps)
         q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
-        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i].T
+        window = config.layer_windows[i] if config.layer_windows else 0
+        x = x + attention(q, k, v, window).reshape(seq, -1) @ layers["wo"][i].T
         h = rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps)
         gate = h @ layers["w_gate"][i].T
         x = x + ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i].T)) @ layers["w_down"][i].T
