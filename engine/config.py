@@ -62,6 +62,12 @@ class ModelConfig:
     final_logit_softcapping: float | None = None  # the same on the logits (Gemma 2)
     query_pre_attn_scalar: float | None = None  # attention scale is its -1/2 power; None: head_dim's (Gemma)
     rope_local_theta: float | None = None  # RoPE base of the windowed layers, unscaled (Gemma 3)
+    # Mixture of experts (engine/models/moe.py): every layer's MLP is num_experts experts of
+    # moe_intermediate_size, of which a router picks num_experts_per_tok per token.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True  # the picked experts' weights renormalized to sum to one
 
     @property
     def q_size(self) -> int:

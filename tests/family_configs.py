@@ -18,3 +18,11 @@ FAMILIES = {
                           rope_scaling=RopeScaling(4.0, kind=LINEAR), query_pre_attn_scalar=12.0),
     "mistral": ModelConfig(**SHAPE, num_layers=2, family="mistral", layer_windows=(6, 6)),
 }
+
+# Mixtures of experts: 8 experts, 2 per token. Mixtral's intermediate_size is its experts'.
+MOE = {
+    "qwen3_moe": ModelConfig(**{**SHAPE, "head_dim": 16}, num_layers=2, family="qwen3_moe", qk_norm=True,
+                             rope_theta=1e6, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=24),
+    "mixtral": ModelConfig(**{**SHAPE, "intermediate_size": 24}, num_layers=2, family="mixtral",
+                           num_experts=8, num_experts_per_tok=2, moe_intermediate_size=24),
+}

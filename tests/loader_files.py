@@ -18,8 +18,17 @@ from engine.config import ModelConfig
 
 HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                     "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
-                    "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+                    "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM",
+                    "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}
 GEMMA = ("gemma2", "gemma3")
+# The names of a layer's experts: the router, then each expert's gate, up and down, per format.
+HF_EXPERTS = {
+    "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
+                  "mlp.experts.{e}.down_proj.weight"),
+    "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
+                "block_sparse_moe.experts.{e}.w3.weight", "block_sparse_moe.experts.{e}.w2.weight"),
+}
+GGUF_ARCHITECTURES = {"qwen3_moe": "qwen3moe", "mixtral": "llama"}  # llama.cpp writes Mixtral as a llama
 
 
 def hf_config_json(config: ModelConfig, arch: str) -> dict:
@@ -48,6 +57,13 @@ def hf_config_json(config: ModelConfig, arch: str) -> dict:
         document.update(gemma_config_json(c, arch))
     elif arch == "mistral":  # one window for every layer
         document["sliding_window"] = max(c.layer_windows, default=0) or None
+    elif arch == "qwen3_moe":
+        document.update(num_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok,
+                        moe_intermediate_size=c.moe_intermediate_size, norm_topk_prob=c.norm_topk_prob,
+                        decoder_sparse_step=1, mlp_only_layers=[])
+    elif arch == "mixtral":  # its intermediate_size is each expert's
+        document.update(num_local_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok,
+                        intermediate_size=c.moe_intermediate_size)
     if c.rope_scaling is not None and c.rope_scaling.kind == "linear":
         document["rope_scaling"] = {"rope_type": "linear", "factor": c.rope_scaling.factor}
     elif c.rope_scaling is not None:
@@ -92,14 +108,28 @@ def hf_tensors(config: ModelConfig, params: dict) -> dict[str, np.ndarray]:
             tensors[p + "post_attention_layernorm.weight"] = layers["mlp_norm"][i]
         for proj, name in (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv"), ("o_proj", "wo")):
             tensors[p + f"self_attn.{proj}.weight"] = layers[name][i]
-        for proj, name in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
-            tensors[p + f"mlp.{proj}.weight"] = layers[name][i]
+        if config.num_experts:
+            tensors.update(expert_tensors(config, layers, i, p))
+        else:
+            for proj, name in (("gate_proj", "w_gate"), ("up_proj", "w_up"), ("down_proj", "w_down")):
+                tensors[p + f"mlp.{proj}.weight"] = layers[name][i]
         if config.attention_bias:
             for proj, name in (("q_proj", "bq"), ("k_proj", "bk"), ("v_proj", "bv")):
                 tensors[p + f"self_attn.{proj}.bias"] = layers[name][i]
         if config.qk_norm:
             tensors[p + "self_attn.q_norm.weight"] = layers["q_norm"][i]
             tensors[p + "self_attn.k_norm.weight"] = layers["k_norm"][i]
+    return tensors
+
+
+def expert_tensors(config: ModelConfig, layers: dict, i: int, prefix: str) -> dict[str, np.ndarray]:
+    """Layer i's router and its experts' weights, one tensor per expert, as transformers keeps them."""
+    arch = "qwen3_moe" if config.qk_norm else "mixtral"
+    router, gate, up, down = HF_EXPERTS[arch]
+    tensors = {prefix + router: layers["router"][i]}
+    for e in range(config.num_experts):
+        for pattern, name in ((gate, "we_gate"), (up, "we_up"), (down, "we_down")):
+            tensors[prefix + pattern.format(e=e)] = layers[name][i][e]
     return tensors
 
 
@@ -138,7 +168,7 @@ def llama_cpp_permute(rows: np.ndarray, num_heads: int) -> np.ndarray:
 def gguf_tensors(config: ModelConfig, params: dict, arch: str) -> dict[str, np.ndarray]:
     """GGUF tensors with numpy shapes as GGUFWriter takes them (PyTorch's [out, in])."""
     hf = hf_tensors(config, params)
-    permute = arch == "llama"
+    permute = GGUF_ARCHITECTURES.get(arch, arch) == "llama"
     tensors = {"token_embd.weight": params["embed"], "output_norm.weight": params["final_norm"]}
     if not config.tie_word_embeddings:
         tensors["output.weight"] = hf["lm_head.weight"]
@@ -155,14 +185,19 @@ def gguf_tensors(config: ModelConfig, params: dict, arch: str) -> dict[str, np.n
         "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
     }
     for name, array in hf.items():
-        if not name.startswith("model.layers."):
-            continue
+        if not name.startswith("model.layers.") or ".experts." in name or name.endswith(".gate.weight"):
+            continue  # experts: below, as llama.cpp merges them
         i, rest = name.removeprefix("model.layers.").split(".", 1)
         if permute and rest.startswith("self_attn.q_proj"):
             array = llama_cpp_permute(array, config.num_heads)
         elif permute and rest.startswith("self_attn.k_proj"):
             array = llama_cpp_permute(array, config.num_kv_heads)
         tensors[f"blk.{i}.{names[rest]}"] = array
+    for i in range(config.num_layers if config.num_experts else 0):
+        layers = params["layers"]
+        tensors[f"blk.{i}.ffn_gate_inp.weight"] = layers["router"][i]
+        for suffix, name in (("gate", "we_gate"), ("up", "we_up"), ("down", "we_down")):
+            tensors[f"blk.{i}.ffn_{suffix}_exps.weight"] = layers[name][i]  # [experts, out, in]
     if arch in GEMMA:  # llama.cpp's converter stores Gemma's norm weights plus one
         tensors = {name: array + 1 if name.endswith("norm.weight") else array for name, array in tensors.items()}
     return tensors
@@ -172,7 +207,7 @@ def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
                qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
                skip: tuple[str, ...] = (), extra: dict | None = None) -> Path:
     """A GGUF file as llama.cpp would write it; matrices in `qtype`, vectors in F32."""
-    writer = gguf.GGUFWriter(str(path), arch=arch)
+    writer = gguf.GGUFWriter(str(path), arch=GGUF_ARCHITECTURES.get(arch, arch))
     c = config
     writer.add_block_count(c.num_layers)
     writer.add_context_length(c.max_position_embeddings)
@@ -187,6 +222,11 @@ def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
     writer.add_vocab_size(c.vocab_size)
     writer.add_bos_token_id(c.bos_token_id)
     writer.add_eos_token_id(c.eos_token_ids[0])
+    if c.num_experts:
+        writer.add_expert_count(c.num_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        if arch == "qwen3_moe":
+            writer.add_expert_feed_forward_length(c.moe_intermediate_size)
     if arch in GEMMA:
         writer.add_sliding_window(max(c.layer_windows, default=0))
     if c.rope_scaling is not None and c.rope_scaling.kind == "linear":

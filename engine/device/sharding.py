@@ -24,6 +24,10 @@ LOGICAL_AXIS_RULES: dict[str | None, str | None] = {
     "heads": TENSOR_AXIS,
     "kv_heads": TENSOR_AXIS,
     "mlp": TENSOR_AXIS,
+    # A mixture of experts splits its experts over the devices where their count divides
+    # (expert parallelism), else each expert's hidden units: a mesh axis splits one dim.
+    "experts": TENSOR_AXIS,
+    "expert_mlp": TENSOR_AXIS,
     "embed": None,
     "layers": None,
     None: None,
@@ -51,7 +55,7 @@ def partition_spec(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh: M
     mesh_axes = []
     for size, axis in zip(shape, axes):
         mesh_axis = LOGICAL_AXIS_RULES[axis]
-        divisible = mesh_axis is not None and size % mesh.shape[mesh_axis] == 0
+        divisible = mesh_axis is not None and size % mesh.shape[mesh_axis] == 0 and mesh_axis not in mesh_axes
         mesh_axes.append(mesh_axis if divisible else None)
     return PartitionSpec(*mesh_axes)
 

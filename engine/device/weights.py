@@ -49,6 +49,10 @@ SERVED_AXES = {
     "mlp_norm": ("layers", None),
     "w_gate_up": ("layers", "mlp", "embed"),
     "w_down": ("layers", "embed", "mlp"),
+    "router": ("layers", None, "embed"),  # a mixture of experts (engine/models/moe.py)
+    "we_gate": ("layers", "experts", "expert_mlp", "embed"),
+    "we_up": ("layers", "experts", "expert_mlp", "embed"),
+    "we_down": ("layers", "experts", "embed", "expert_mlp"),
 }
 
 
@@ -129,9 +133,10 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
     cast = lambda array: jnp.asarray(array).astype(dtype)  # noqa: E731
     layers = {name: cast(value) for name, value in fuse_layers(params["layers"]).items()}
     weights = {name: cast(value) for name, value in params.items() if name != "layers"}
-    if quantization == "int8":
+    if quantization == "int8":  # a mixture of experts' experts stay in `dtype`
         for name in QUANTIZED_LAYER_WEIGHTS:
-            layers[name] = quantize_int8(layers[name])
+            if name in layers:
+                layers[name] = quantize_int8(layers[name])
     weights["layers"] = layers
     return weights
 

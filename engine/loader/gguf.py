@@ -50,7 +50,7 @@ def config_from_gguf(fields: Mapping, tensor_names: Collection[str]) -> ModelCon
     `tensor_names` decides tie_word_embeddings: a tied model has no `output.weight`.
     """
     arch = _value(fields, "general.architecture")
-    family = family_for_gguf(arch)
+    family = family_for_gguf(arch, experts=int(_value(fields, f"{arch}.expert_count", 0) or 0) > 0)
 
     def get(key: str, default=_REQUIRED):
         return _value(fields, f"{arch}.{key}", default)
@@ -173,8 +173,12 @@ def _stack(read, config: ModelConfig, names: TensorNames, name: str, permuted: b
         heads = config.num_heads
     elif permuted and name == "wk":
         heads = config.num_kv_heads
-    layers = [read(names.layer_name(name, i), heads) for i in range(config.num_layers)]
-    return np.ascontiguousarray(np.stack(layers))
+
+    def one_layer(index: int) -> np.ndarray:
+        arrays = [read(tensor, heads) for tensor in names.layer_names(name, index, config.num_experts)]
+        return np.stack(arrays) if names.per_expert(name) else arrays[0]
+
+    return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
 
 
 def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
@@ -192,7 +196,8 @@ def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
 def _refuse_unused(tensors: Mapping, config: ModelConfig) -> None:
     names, specs = family_of(config).gguf_tensors, param_specs(config)
     expected = set(names.top.values())
-    expected |= {names.layer_name(name, i) for i in range(config.num_layers) for name in specs["layers"]}
+    expected |= {tensor for i in range(config.num_layers) for name in specs["layers"]
+                 for tensor in names.layer_names(name, i, config.num_experts)}
     unused = sorted(name for name in tensors if name not in expected)
     if unused:
         raise ValueError(f"GGUF file has tensors this model does not use: {', '.join(unused[:5])}")

@@ -104,15 +104,21 @@ def _read_params(read, config: ModelConfig) -> dict:
 
 
 def _stack(read, config: ModelConfig, names: TensorNames, name: str) -> np.ndarray:
-    layers = [read(names.layer_name(name, i)) for i in range(config.num_layers)]
-    return np.ascontiguousarray(np.stack(layers))
+    """`name` stacked over the layers (and each layer's experts, where the format keeps a
+    tensor per expert)."""
+    def one_layer(index: int) -> np.ndarray:
+        arrays = [read(tensor) for tensor in names.layer_names(name, index, config.num_experts)]
+        return np.stack(arrays) if names.per_expert(name) else arrays[0]
+
+    return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
 
 
 def _refuse_unused(files: dict[str, Path], config: ModelConfig) -> None:
     family, specs = family_of(config), param_specs(config)
     names = family.hf_tensors
     expected = set(names.top.values())  # a tied checkpoint may still carry lm_head.weight: harmless
-    expected |= {names.layer_name(name, i) for i in range(config.num_layers) for name in specs["layers"]}
+    expected |= {tensor for i in range(config.num_layers) for name in specs["layers"]
+                 for tensor in names.layer_names(name, i, config.num_experts)}
     unused = sorted(n for n in files if n not in expected and not n.endswith(family.hf_ignored_suffixes))
     if unused:
         raise ValueError(f"checkpoint has tensors this model does not use: {', '.join(unused[:5])}")

@@ -1,6 +1,6 @@
 """Model families behind one registry keyed by architecture.
 
-Each family module (llama.py, qwen.py, mistral.py, gemma.py, ...) declares a `Family`
+Each family module (llama.py, qwen.py, mistral.py, gemma.py, moe.py) declares a `Family`
 (engine/models/family.py): its forward pass, its ModelConfig features from config.json and
 GGUF metadata, its tensor names and its weight specs. The runner builds
 `family_of(config).decoder`; the Hugging Face and GGUF loaders find a checkpoint's family
@@ -15,9 +15,10 @@ from engine.models.family import Family
 from engine.models.gemma import GEMMA_FAMILIES
 from engine.models.llama import LLAMA
 from engine.models.mistral import MISTRAL
+from engine.models.moe import MIXTRAL, QWEN3_MOE
 from engine.models.qwen import QWEN2, QWEN3
 
-FAMILIES: tuple[Family, ...] = (LLAMA, MISTRAL, QWEN2, QWEN3, *GEMMA_FAMILIES)
+FAMILIES: tuple[Family, ...] = (LLAMA, MISTRAL, QWEN2, QWEN3, *GEMMA_FAMILIES, QWEN3_MOE, MIXTRAL)
 
 
 def family_named(name: str) -> Family:
@@ -43,10 +44,11 @@ def family_for_hf(architectures: list[str]) -> tuple[Family, str]:
                      f"Flint runs {served}")
 
 
-def family_for_gguf(architecture: str) -> Family:
-    """The family serving GGUF `general.architecture` `architecture`."""
+def family_for_gguf(architecture: str, experts: bool = False) -> Family:
+    """The family serving GGUF `general.architecture` `architecture`, with experts or not
+    (llama.cpp writes Mixtral as a llama with an expert count)."""
     for family in FAMILIES:
-        if architecture in family.gguf_architectures:
+        if architecture in family.gguf_architectures and family.moe == experts:
             return family
     served = ", ".join(name for family in FAMILIES for name in family.gguf_architectures)
     raise ValueError(f"unsupported GGUF architecture {architecture!r}; Flint runs {served}")

@@ -38,8 +38,19 @@ class TensorNames:
     top: Mapping[str, str]
     layer: Mapping[str, str]
 
-    def layer_name(self, name: str, index: int) -> str:
-        return self.layer[name].format(i=index)
+    def layer_name(self, name: str, index: int, expert: int | None = None) -> str:
+        return self.layer[name].format(i=index, e=expert)
+
+    def per_expert(self, name: str) -> bool:
+        """Whether the format keeps `name` as a tensor per expert (`{e}` in its pattern), to
+        be stacked over the experts, rather than as one [experts, ...] tensor."""
+        return "{e}" in self.layer[name]
+
+    def layer_names(self, name: str, index: int, num_experts: int) -> list[str]:
+        """The tensors holding layer `index`'s `name`: one, or one per expert."""
+        if self.per_expert(name):
+            return [self.layer_name(name, index, expert) for expert in range(num_experts)]
+        return [self.layer_name(name, index)]
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class Family:
     gguf_features: Callable[[MetadataGetter, str], dict] = no_features
     # GGUF architectures whose Q and K rows llama.cpp's converter permuted (loader/gguf.py).
     gguf_permuted_qk: tuple[str, ...] = ()
+    moe: bool = False  # a mixture of experts: a GGUF file of its architecture states expert_count
     # What llama.cpp's converter added to every norm weight (Gemma's 1), taken off on load.
     gguf_norm_offset: float = 0.0
     # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).

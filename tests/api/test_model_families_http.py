@@ -1,5 +1,5 @@
 """Every family beyond the plain Llama serves through HTTP with the openai SDK: a tiny random
-Gemma 3, Gemma 2 and windowed Mistral, each written as a Hugging Face checkpoint and loaded
+Gemma 3, Gemma 2, windowed Mistral and Qwen3-MoE, each written as a Hugging Face checkpoint and loaded
 by `flint serve`'s own loader, answer greedy completions with the tokens an independent
 NumPy forward predicts, and stream chat."""
 
@@ -9,8 +9,9 @@ import numpy as np
 import openai
 import pytest
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
-from family_configs import FAMILIES
+from family_configs import FAMILIES, MOE
 from gemma_reference import greedy as gemma_greedy
+from moe_reference import greedy as moe_greedy
 from litestar.testing import TestClient
 from loader_files import write_hf
 from numpy_reference import greedy as llama_greedy
@@ -21,15 +22,16 @@ from engine.engine import Engine
 from engine.loader.checkpoint import load_checkpoint
 from engine.models.params import random_params
 
-GREEDY = {"gemma2": gemma_greedy, "gemma3": gemma_greedy, "mistral": llama_greedy}
+GREEDY = {"gemma2": gemma_greedy, "gemma3": gemma_greedy, "mistral": llama_greedy, "qwen3_moe": moe_greedy}
+CONFIGS = {**FAMILIES, **MOE}
 
 
-@pytest.fixture(scope="module", params=["gemma3", "gemma2", "mistral"])
+@pytest.fixture(scope="module", params=["gemma3", "gemma2", "mistral", "qwen3_moe"])
 def served(request, tmp_path_factory, smollm2_tokenizer):
     """(family, config, weights, SDK client, model id) of an app serving that family."""
     name = request.param
-    config = FAMILIES[name].replace(vocab_size=smollm2_tokenizer.vocab_size,
-                                    final_logit_softcapping=FAMILIES[name].final_logit_softcapping and 30.0)
+    config = CONFIGS[name].replace(vocab_size=smollm2_tokenizer.vocab_size,
+                                   final_logit_softcapping=CONFIGS[name].final_logit_softcapping and 30.0)
     params = random_params(config, seed=4)
     checkpoint = load_checkpoint(str(write_hf(tmp_path_factory.mktemp(name) / f"tiny-{name}", config, params, name)))
 

@@ -1,0 +1,148 @@
+"""Mixtures of experts (engine/models/moe.py): Qwen3-MoE and Mixtral written as Hugging Face
+and llama.cpp write them, loaded, and run against an independent NumPy forward
+(tests/moe_reference.py): uneven expert loads, a router tie, batching, tensor parallelism."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from family_configs import MOE
+from loader_files import write_gguf, write_hf
+from moe_reference import forward, greedy, routes
+from numpy_reference import rms_norm
+
+from engine.config import EngineConfig
+from engine.device.runner import ModelRunner, RowPlan
+from engine.device.weights import dequantize, quantize_int8
+from engine.engine import Engine
+from engine.host.request import Request, SamplingParams, StopCriteria
+from engine.loader.checkpoint import Checkpoint, load_checkpoint
+from engine.loader.source import ModelSource
+from engine.models.params import random_params
+
+HERE = Path(__file__).resolve().parent
+RUNNER = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=32, page_size=4, num_pages=40)
+PROMPT = [int(t) for t in np.random.default_rng(1).integers(0, 96, 30)]
+
+
+def relative_error(actual, expected):
+    return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
+
+
+def flat(params: dict) -> dict:
+    return {**{k: v for k, v in params.items() if k != "layers"},
+            **{f"layers/{k}": v for k, v in params["layers"].items()}}
+
+
+@pytest.fixture(scope="module", params=sorted(MOE))
+def moe(request):
+    config = MOE[request.param]
+    return request.param, config, random_params(config, seed=2)
+
+
+@pytest.mark.parametrize("write", [write_hf, write_gguf], ids=["hf", "gguf"])
+def test_the_checkpoint_loads_its_config_and_experts(tmp_path, moe, write):
+    name, config, params = moe
+    path = tmp_path / ("model.gguf" if write is write_gguf else "model")
+    checkpoint = load_checkpoint(str(write(path, config, params, name)))
+    assert checkpoint.config == config
+    for key, value in flat(params).items():
+        np.testing.assert_array_equal(flat(checkpoint.params)[key], value, err_msg=key)
+
+
+def test_prefill_chunks_and_decodes_match_the_reference(moe):
+    name, config, params = moe
+    expected = forward(config, params, PROMPT)
+    runner = ModelRunner(config, RUNNER, params)
+    start = 0
+    for size in (13, 13, 1, 1, 1, 1):
+        logits = runner.hidden_logits([RowPlan(PROMPT[start:start + size], start, list(range(2, 10)))])
+        assert relative_error(logits, expected[start:start + size]) < 1e-4, f"tokens {start}..{start + size}"
+        start += size
+
+
+def first_layer_routes(config, params, tokens):
+    """The experts the first layer routes `tokens` to, and their router probabilities."""
+    h = rms_norm(params["embed"][np.asarray(tokens)], params["layers"]["attn_norm"][0], config.rms_norm_eps)
+    return routes(config, params["layers"]["router"][0], h.astype(np.float32))
+
+
+def test_uneven_loads_and_router_ties_are_the_reference_s():
+    """In the first layer experts 0, 1 and 2 share one router row and the others have none:
+    a token either ties 0, 1 and 2 at the top (where its row product is positive) or ties
+    3 to 7 (at 0). Each tie goes to the lower experts, so four experts take every token."""
+    config = MOE["qwen3_moe"]
+    params = random_params(config, seed=3)
+    router = params["layers"]["router"]
+    router[0, 1] = router[0, 2] = router[0, 0]
+    router[0, 3:] = 0
+    picks, _ = first_layer_routes(config, params, PROMPT)
+    assert {tuple(pick) for pick in picks} == {(0, 1), (3, 4)}
+    swapped = {**params, "layers": {**params["layers"]}}
+    for name in ("we_gate", "we_up", "we_down"):
+        weights = swapped["layers"][name] = params["layers"][name].copy()
+        weights[0, [1, 2]] = weights[0, [2, 1]]
+    expected = forward(config, params, PROMPT)
+    assert relative_error(forward(config, swapped, PROMPT), expected) > 1e-2  # the tie decides the output
+    runner = ModelRunner(config, RUNNER, params)
+    assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4
+
+
+def test_greedy_tokens_match_the_reference_alone_and_batched(moe, smollm2_tokenizer):
+    """Batching changes every expert's group; no token's output may change with it."""
+    name, config, _ = moe
+    config = config.replace(vocab_size=smollm2_tokenizer.vocab_size)
+    params = random_params(config, seed=4)
+    checkpoint = Checkpoint(config, params, ModelSource(id=f"tiny-{name}", path=None, format="hf", context_length=512))
+    engine = Engine(checkpoint, smollm2_tokenizer, EngineConfig(max_model_len=64, max_num_seqs=4,
+                                                                max_num_batched_tokens=32, page_size=4, num_pages=60,
+                                                                optimize_compiled_code=False))
+    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    rng = np.random.default_rng(7)
+    prompts = {f"r{length}": [int(t) for t in rng.integers(0, config.vocab_size, length)] for length in (2, 9, 20)}
+
+    def request(request_id):
+        return Request(request_id, prompts[request_id], SamplingParams(temperature=0.0),
+                       StopCriteria(max_tokens=8, ignore_eos=True))
+
+    together = engine.generate([request(request_id) for request_id in prompts])
+    assert engine.generate([request("r9")])["r9"] == together["r9"]
+    for request_id, prompt in prompts.items():
+        assert together[request_id] == greedy(config, params, prompt, 8), request_id
+
+
+@pytest.mark.parametrize("num_experts", [8, 6])
+def test_tensor_parallel_over_2_and_4_devices_matches_one(num_experts):
+    """8 experts split over the devices (expert parallelism); 6 do not divide 4, and then
+    each expert's hidden units split instead."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE.parent), str(HERE)])}
+    result = subprocess.run([sys.executable, str(HERE / "moe_mesh_check.py"), str(num_experts)], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    for devices in ("2", "4"):
+        assert report[devices]["relative_error"] < 1e-5
+    assert report["2"]["we_gate_spec"] == "P(None, 'tp', None, None)"
+    expected = "P(None, 'tp', None, None)" if num_experts == 8 else "P(None, None, 'tp', None)"
+    assert report["4"]["we_gate_spec"] == expected
+
+
+def test_int8_quantizes_attention_and_leaves_the_experts(moe):
+    """--quantization int8 (auto's choice for a GGUF file on a CPU) serves a mixture of
+    experts: its attention projections in int8, its experts as they are."""
+    name, config, params = moe
+    runner = ModelRunner(config, dataclasses.replace(RUNNER, quantization="int8"), params)
+    layers = runner.state["layers"]
+    assert "values" in layers["wqkv"] and layers["we_gate"][...].dtype == np.float32
+    # Per output row, int8 groups are the same in the fused and the separate projections.
+    rounded = {name: np.asarray(dequantize(quantize_int8(params["layers"][name]))) for name in ("wq", "wk", "wv", "wo")}
+    expected = forward(config, {**params, "layers": {**params["layers"], **rounded}}, PROMPT)
+    assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4

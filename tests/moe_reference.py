@@ -1,0 +1,67 @@
+"""An independent float64 NumPy forward of a mixture-of-experts decoder (Qwen3-MoE,
+Mixtral), for reference checks: the Llama forward of tests/numpy_reference.py with each
+layer's MLP replaced by experts, written from the models' definition, not from
+engine/models/moe.py. Token by token, expert by expert: no grouping, no sorting.
+
+Routing: a softmax over the router's logits, the top num_experts_per_tok (a tie goes to
+the lower expert), their weights renormalized with norm_topk_prob."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy_reference import attention, inverse_frequencies, rms_norm, rotate
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def routes(config, router, h):
+    """Each token's experts and weights, and the softmax they were picked from."""
+    logits = h.astype(np.float64) @ router.T.astype(np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    picks = np.argsort(-probs, axis=-1, kind="stable")[:, :config.num_experts_per_tok]
+    weights = np.take_along_axis(probs, picks, -1)
+    if config.norm_topk_prob:
+        weights /= weights.sum(-1, keepdims=True)
+    return picks, weights
+
+
+def experts(config, layers, i, h):
+    picks, weights = routes(config, layers["router"][i], h)
+    out = np.zeros(h.shape, np.float64)
+    for t in range(h.shape[0]):
+        for expert, weight in zip(picks[t], weights[t]):
+            gate = h[t] @ layers["we_gate"][i][expert].T
+            up = h[t] @ layers["we_up"][i][expert].T
+            out[t] += weight * ((silu(gate) * up) @ layers["we_down"][i][expert].T)
+    return out.astype(np.float32)
+
+
+def forward(config, params, token_ids):
+    """Logits [seq, vocab] for every position of one sequence."""
+    c, layers = config, params["layers"]
+    seq, positions = len(token_ids), np.arange(len(token_ids), dtype=np.float64)
+    inv_freq = inverse_frequencies(c)
+    x = params["embed"][np.asarray(token_ids)].astype(np.float32)
+    for i in range(c.num_layers):
+        h = rms_norm(x, layers["attn_norm"][i], c.rms_norm_eps)
+        q = (h @ layers["wq"][i].T).reshape(seq, c.num_heads, c.head_dim)
+        k = (h @ layers["wk"][i].T).reshape(seq, c.num_kv_heads, c.head_dim)
+        v = (h @ layers["wv"][i].T).reshape(seq, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = rms_norm(q, layers["q_norm"][i], c.rms_norm_eps), rms_norm(k, layers["k_norm"][i], c.rms_norm_eps)
+        q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i].T
+        x = x + experts(c, layers, i, rms_norm(x, layers["mlp_norm"][i], c.rms_norm_eps))
+    x = rms_norm(x, params["final_norm"], c.rms_norm_eps)
+    head = params["lm_head"] if "lm_head" in params else params["embed"]
+    return x @ head.T
+
+
+def greedy(config, params, prompt_ids, num_tokens):
+    ids = list(prompt_ids)
+    for _ in range(num_tokens):
+        ids.append(int(np.argmax(forward(config, params, ids)[-1])))
+    return ids[len(prompt_ids):]
