@@ -68,7 +68,8 @@ class ModelRunner:
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
                              compiler_options=engine_config.compiler_options)
         self._compiled: dict[int, Callable] = {}
-        self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,))
+        self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,),
+                                   compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
         # On a multi-host leader: publishes each device operation for the followers to
         # replay (engine/device/multihost.py), before it starts here.

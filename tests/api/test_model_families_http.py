@@ -5,6 +5,8 @@ NumPy forward predicts, and stream chat."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import openai
 import pytest
@@ -40,7 +42,10 @@ def served(request, tmp_path_factory, smollm2_tokenizer):
         engine.runner.warmup()
         return engine
 
-    with TestClient(app=create_app(Settings(engine=ONE_BUCKET_ENGINE), engine_factory=engine_factory)) as client:
+    # XLA's optimizations off: the app's one bucket compiles in about half the time, and these
+    # tests generate a few tokens.
+    settings = Settings(engine=dataclasses.replace(ONE_BUCKET_ENGINE, optimize_compiled_code=False))
+    with TestClient(app=create_app(settings, engine_factory=engine_factory)) as client:
         wait_until_serving(client, timeout=600)
         sdk = openai.OpenAI(base_url=f"{client.base_url}/v1", api_key="unused", http_client=client, max_retries=0)
         yield name, config, params, sdk, sdk.models.list().data[0].id

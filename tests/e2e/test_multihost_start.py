@@ -18,7 +18,6 @@ does, or their shapes, and so their collectives, differ from the first bucket on
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -30,6 +29,7 @@ import numpy as np
 import pytest
 
 from flint_process import free_port, start_flint, wait_for_health, write_tiny_model
+from numpy_reference import forward
 from tiny_models import tiny_checkpoint
 
 PROMPT = "The three primary colors are red, yellow and"
@@ -40,22 +40,12 @@ BATCH_FLAGS = ["--max-num-batched-tokens", "8", "--max-num-seqs", "4"]
 SERVE_TIMEOUT = 300  # seconds of requests at most while buckets are missing
 
 
-def numpy_forward(config, params, token_ids) -> np.ndarray:
-    """The engine tests' independent NumPy forward (tests/numpy_reference.py), which is
-    not on this directory's import path."""
-    path = Path(__file__).resolve().parent.parent / "engine" / "numpy_reference.py"
-    spec = importlib.util.spec_from_file_location("numpy_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.forward(config, params, token_ids)
-
-
 def assert_greedy_reference(choice: dict, tiny, prompt_ids: list[int]) -> None:
     """Each generated token is the reference's most likely one (to within a near tie) and
     carries the reference's logprob."""
     generated = choice["token_ids"]
     assert len(generated) == NUM_TOKENS
-    logits = numpy_forward(tiny.config, tiny.params, prompt_ids + generated)[len(prompt_ids) - 1: -1]
+    logits = forward(tiny.config, tiny.params, prompt_ids + generated)[len(prompt_ids) - 1: -1]
     shifted = logits - logits.max(-1, keepdims=True)
     logprobs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     chosen = logprobs[np.arange(NUM_TOKENS), generated]

@@ -20,7 +20,7 @@ prompt = [int(t) for t in np.random.default_rng(0).integers(0, 96, 21)]
 
 def run(devices: int):
     engine = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=32, page_size=4, num_pages=40,
-                          mesh_shape=(devices,))
+                          mesh_shape=(devices,), optimize_compiled_code=False)
     runner = ModelRunner(config, engine, params)
     prefill = runner.hidden_logits([RowPlan(prompt[:20], 0, list(range(1, 7)))])
     decode = runner.hidden_logits([RowPlan(prompt[20:], 20, list(range(1, 7)))])

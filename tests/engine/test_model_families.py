@@ -27,7 +27,9 @@ from engine.models.params import random_params
 
 REFERENCE = {"gemma2": (gemma_forward, gemma_greedy), "gemma3": (gemma_forward, gemma_greedy),
              "mistral": (llama_forward, llama_greedy)}
-RUNNER = EngineConfig(max_model_len=256, max_num_seqs=4, max_num_batched_tokens=64, page_size=4, num_pages=80)
+# XLA's optimizations off: these tiny models compile far more than they run (EngineConfig says why).
+RUNNER = EngineConfig(max_model_len=256, max_num_seqs=4, max_num_batched_tokens=64, page_size=4, num_pages=80,
+                      optimize_compiled_code=False)
 
 
 def relative_error(actual, expected):
