@@ -9,7 +9,7 @@ the lower expert), their weights renormalized with norm_topk_prob."""
 from __future__ import annotations
 
 import numpy as np
-from numpy_reference import attention, inverse_frequencies, rms_norm, rotate
+from numpy_reference import forward as llama_forward
 
 
 def silu(x):
@@ -41,23 +41,7 @@ def experts(config, layers, i, h):
 
 def forward(config, params, token_ids):
     """Logits [seq, vocab] for every position of one sequence."""
-    c, layers = config, params["layers"]
-    seq, positions = len(token_ids), np.arange(len(token_ids), dtype=np.float64)
-    inv_freq = inverse_frequencies(c)
-    x = params["embed"][np.asarray(token_ids)].astype(np.float32)
-    for i in range(c.num_layers):
-        h = rms_norm(x, layers["attn_norm"][i], c.rms_norm_eps)
-        q = (h @ layers["wq"][i].T).reshape(seq, c.num_heads, c.head_dim)
-        k = (h @ layers["wk"][i].T).reshape(seq, c.num_kv_heads, c.head_dim)
-        v = (h @ layers["wv"][i].T).reshape(seq, c.num_kv_heads, c.head_dim)
-        if c.qk_norm:
-            q, k = rms_norm(q, layers["q_norm"][i], c.rms_norm_eps), rms_norm(k, layers["k_norm"][i], c.rms_norm_eps)
-        q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
-        x = x + attention(q, k, v).reshape(seq, -1) @ layers["wo"][i].T
-        x = x + experts(c, layers, i, rms_norm(x, layers["mlp_norm"][i], c.rms_norm_eps))
-    x = rms_norm(x, params["final_norm"], c.rms_norm_eps)
-    head = params["lm_head"] if "lm_head" in params else params["embed"]
-    return x @ head.T
+    return llama_forward(config, params, token_ids, mlp=experts)
 
 
 def greedy(config, params, prompt_ids, num_tokens):

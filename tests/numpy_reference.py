@@ -65,8 +65,15 @@ def attention(q, k, v, window=0):
     return out
 
 
-def forward(config, params, token_ids):
-    """Logits [seq, vocab] for every position of one sequence."""
+def dense_mlp(config, layers, i, h):
+    """SwiGLU: silu(gate) * up, then down."""
+    gate = h @ layers["w_gate"][i].T
+    return ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i].T)) @ layers["w_down"][i].T
+
+
+def forward(config, params, token_ids, mlp=dense_mlp):
+    """Logits [seq, vocab] for every position of one sequence; `mlp(config, layers, i, h)`
+    is layer i's MLP of the normed h."""
     layers = params["layers"]
     positions = np.arange(len(token_ids), dtype=np.float64)
     inv_freq = inverse_frequencies(config, params.get("rope_freq_factors"))
@@ -86,9 +93,7 @@ def forward(config, params, token_ids):
         q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
         window = config.layer_windows[i] if config.layer_windows else 0
         x = x + attention(q, k, v, window).reshape(seq, -1) @ layers["wo"][i].T
-        h = rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps)
-        gate = h @ layers["w_gate"][i].T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layers["w_up"][i].T)) @ layers["w_down"][i].T
+        x = x + mlp(config, layers, i, rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps))
     x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
     head = params["lm_head"] if "lm_head" in params else params["embed"]
     return x @ head.T

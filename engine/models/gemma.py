@@ -28,6 +28,8 @@ import numpy as np
 from engine.config import ModelConfig
 from engine.models.family import Family, MetadataGetter, ParamSpec, TensorNames
 from engine.models.layers import linear, rope_inv_freq
+from engine.models.llama import GGUF_TENSORS as LLAMA_GGUF
+from engine.models.llama import HF_TENSORS as LLAMA_HF
 from engine.models.llama import Llama, Step, hf_layer_windows, llama_param_specs
 
 GEMMA2, GEMMA3 = "gemma2", "gemma3"
@@ -89,41 +91,18 @@ def gemma_param_specs(config: ModelConfig) -> dict:
     return specs
 
 
-HF_TENSORS = TensorNames(
-    top={"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight", "lm_head": "lm_head.weight"},
-    layer={
-        "attn_norm": "model.layers.{i}.input_layernorm.weight",
-        "wq": "model.layers.{i}.self_attn.q_proj.weight",
-        "wk": "model.layers.{i}.self_attn.k_proj.weight",
-        "wv": "model.layers.{i}.self_attn.v_proj.weight",
-        "wo": "model.layers.{i}.self_attn.o_proj.weight",
-        "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
-        "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
-        "post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight",
-        "mlp_norm": "model.layers.{i}.pre_feedforward_layernorm.weight",
-        "post_mlp_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
-        "w_gate": "model.layers.{i}.mlp.gate_proj.weight",
-        "w_up": "model.layers.{i}.mlp.up_proj.weight",
-        "w_down": "model.layers.{i}.mlp.down_proj.weight",
-    })
+def _gemma_names(names: TensorNames, post_attn_norm: str, mlp_norm: str, post_mlp_norm: str) -> TensorNames:
+    """Llama's names without q/k/v biases, and Gemma's four norms a layer."""
+    layer = {name: pattern for name, pattern in names.layer.items() if name not in ("bq", "bk", "bv")}
+    return TensorNames(top=names.top, layer={**layer, "post_attn_norm": post_attn_norm, "mlp_norm": mlp_norm,
+                                             "post_mlp_norm": post_mlp_norm})
 
-GGUF_TENSORS = TensorNames(
-    top={"embed": "token_embd.weight", "final_norm": "output_norm.weight", "lm_head": "output.weight"},
-    layer={
-        "attn_norm": "blk.{i}.attn_norm.weight",
-        "wq": "blk.{i}.attn_q.weight",
-        "wk": "blk.{i}.attn_k.weight",
-        "wv": "blk.{i}.attn_v.weight",
-        "wo": "blk.{i}.attn_output.weight",
-        "q_norm": "blk.{i}.attn_q_norm.weight",
-        "k_norm": "blk.{i}.attn_k_norm.weight",
-        "post_attn_norm": "blk.{i}.post_attention_norm.weight",
-        "mlp_norm": "blk.{i}.ffn_norm.weight",
-        "post_mlp_norm": "blk.{i}.post_ffw_norm.weight",
-        "w_gate": "blk.{i}.ffn_gate.weight",
-        "w_up": "blk.{i}.ffn_up.weight",
-        "w_down": "blk.{i}.ffn_down.weight",
-    })
+
+HF_TENSORS = _gemma_names(LLAMA_HF, "model.layers.{i}.post_attention_layernorm.weight",
+                          "model.layers.{i}.pre_feedforward_layernorm.weight",
+                          "model.layers.{i}.post_feedforward_layernorm.weight")
+GGUF_TENSORS = _gemma_names(LLAMA_GGUF, "blk.{i}.post_attention_norm.weight", "blk.{i}.ffn_norm.weight",
+                            "blk.{i}.post_ffw_norm.weight")
 
 # Which layers are local when a config does not list them: every other one from the first
 # (Gemma 2), or all but every sixth (Gemma 3's sliding_window_pattern).
