@@ -6,10 +6,17 @@ the top num_experts_per_tok are picked (a tie goes to the lower expert, as lax.t
 breaks it) and, with norm_topk_prob, their weights renormalized to sum to one. The token's
 output is the weighted sum of its experts' SwiGLU MLPs.
 
-The experts run as one grouped matmul (`jax.lax.ragged_dot_general`): the (token, pick)
-pairs sorted by expert, each expert's weights applied to its contiguous group, the
-results scattered back and weighted. Expert weights stay in the [experts, out, in] layout
-every loader gives, contracted on their last dimension without a transpose. Under tensor
+Three forms of the experts' products, one result (`experts_mlp` picks by measurement,
+BENCHMARKS.md "Issue 25 [3/6]: the experts' products on this CPU"):
+- `grouped`: one grouped matmul (`jax.lax.ragged_dot_general`), the (token, pick) pairs
+  sorted by expert, each expert's weights applied to its contiguous group. Accelerators,
+  where JAX lowers it to a grouped kernel. On XLA's CPU backend it was the slowest at
+  every size from 8 tokens up.
+- `gathered`: each token's picked experts' weights gathered and applied: it reads only
+  the picked experts. The CPU's one-token steps (a single stream's decode).
+- `dense`: every expert on every token, weighted by the routing (zero where not
+  picked). The CPU's other steps.
+Expert weights stay in the [experts, out, in] layout every loader gives. Under tensor
 parallelism the experts split over the devices where their count divides (engine/device/
 sharding.py "experts"), else their hidden units do.
 """
@@ -49,18 +56,43 @@ def route(h, router, config: ModelConfig):
 
 
 def experts_mlp(h, weights: dict, config: ModelConfig):
-    """The experts' output [t, hidden] for the normed h [t, hidden]."""
+    """The experts' output [t, hidden] for the normed h [t, hidden], in the form that
+    measures best for the step's shape and the backend (the module's docstring)."""
     experts, expert_weights = route(h, weights["router"], config)
+    if jax.default_backend() != "cpu":
+        return grouped(h, weights, config, experts, expert_weights)
+    form = gathered if h.shape[0] == 1 else dense
+    return form(h, weights, config, experts, expert_weights)
+
+
+def gathered(h, weights: dict, config: ModelConfig, experts, expert_weights):
+    def picked(name):  # [t, k, out, in]
+        return weights[name][experts].astype(h.dtype)
+
+    hidden = jax.nn.silu(jnp.einsum("th,tkih->tki", h, picked("we_gate"))) * jnp.einsum("th,tkih->tki", h,
+                                                                                       picked("we_up"))
+    return jnp.einsum("tki,tkhi,tk->th", hidden, picked("we_down"), expert_weights.astype(h.dtype))
+
+
+def dense(h, weights: dict, config: ModelConfig, experts, expert_weights):
+    rows = jnp.arange(h.shape[0])[:, None]
+    mix = jnp.zeros((h.shape[0], config.num_experts), h.dtype).at[rows, experts].add(expert_weights.astype(h.dtype))
+    gate, up, down = (weights[name].astype(h.dtype) for name in ("we_gate", "we_up", "we_down"))
+    hidden = jax.nn.silu(jnp.einsum("th,eih->tei", h, gate)) * jnp.einsum("th,eih->tei", h, up)
+    return jnp.einsum("tei,ehi->th", hidden * mix[:, :, None], down)
+
+
+def grouped(h, weights: dict, config: ModelConfig, experts, expert_weights):
     picks = experts.reshape(-1)  # [t * k]: token i's picks at i*k .. i*k + k - 1
     order = jnp.argsort(picks, stable=True)
     tokens = order // config.num_experts_per_tok
     group_sizes = jnp.bincount(picks, length=config.num_experts).astype(jnp.int32)
-    grouped = h[tokens]  # [t * k, hidden], grouped by expert
+    by_expert = h[tokens]  # [t * k, hidden], grouped by expert
 
     def expert_dot(x, weight):
         return jax.lax.ragged_dot_general(x, weight.astype(x.dtype), group_sizes, EXPERT_DOT)
 
-    hidden = jax.nn.silu(expert_dot(grouped, weights["we_gate"])) * expert_dot(grouped, weights["we_up"])
+    hidden = jax.nn.silu(expert_dot(by_expert, weights["we_gate"])) * expert_dot(by_expert, weights["we_up"])
     out = expert_dot(hidden, weights["we_down"])  # [t * k, hidden], in sorted order
     weighted = out * expert_weights.reshape(-1)[order][:, None].astype(out.dtype)
     return jnp.zeros_like(h).at[tokens].add(weighted)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from family_configs import MOE
@@ -25,6 +26,7 @@ from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.loader.source import ModelSource
+from engine.models.moe import dense, gathered, grouped, route
 from engine.models.params import random_params
 
 HERE = Path(__file__).resolve().parent
@@ -148,3 +150,18 @@ def test_int8_quantizes_attention_and_leaves_the_experts(moe):
     rounded = {name: np.asarray(dequantize(quantize_int8(params["layers"][name]))) for name in ("wq", "wk", "wv", "wo")}
     expected = forward(config, {**params, "layers": {**params["layers"], **rounded}}, PROMPT)
     assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4
+
+
+def test_the_three_forms_of_the_experts_agree():
+    """Grouped (ragged_dot, the accelerators'), gathered (the CPU's one-token steps) and
+    dense (its others): one result, whichever the step's shape and backend pick."""
+    config = MOE["qwen3_moe"]
+    params = random_params(config, seed=6)
+    weights = {name: jnp.asarray(params["layers"][name][0]) for name in ("router", "we_gate", "we_up", "we_down")}
+    for num_tokens in (1, 5, 17):
+        h = jnp.asarray(np.random.default_rng(num_tokens).standard_normal((num_tokens, config.hidden_size)),
+                        jnp.float32)
+        experts, expert_weights = route(h, weights["router"], config)
+        results = [form(h, weights, config, experts, expert_weights) for form in (grouped, gathered, dense)]
+        for result in results[1:]:
+            np.testing.assert_allclose(np.asarray(result), np.asarray(results[0]), rtol=1e-5, atol=1e-5)
