@@ -124,8 +124,7 @@ def hf_tensors(config: ModelConfig, params: dict) -> dict[str, np.ndarray]:
 
 def expert_tensors(config: ModelConfig, layers: dict, i: int, prefix: str) -> dict[str, np.ndarray]:
     """Layer i's router and its experts' weights, one tensor per expert, as transformers keeps them."""
-    arch = "qwen3_moe" if config.qk_norm else "mixtral"
-    router, gate, up, down = HF_EXPERTS[arch]
+    router, gate, up, down = HF_EXPERTS[config.family]
     tensors = {prefix + router: layers["router"][i]}
     for e in range(config.num_experts):
         for pattern, name in ((gate, "we_gate"), (up, "we_up"), (down, "we_down")):
@@ -203,6 +202,23 @@ def gguf_tensors(config: ModelConfig, params: dict, arch: str) -> dict[str, np.n
     return tensors
 
 
+def add_family_keys(writer: gguf.GGUFWriter, c: ModelConfig, arch: str) -> None:
+    """The metadata llama.cpp writes for the experts, Gemma's windows and caps, linear RoPE."""
+    if c.num_experts:
+        writer.add_expert_count(c.num_experts)
+        writer.add_expert_used_count(c.num_experts_per_tok)
+        if arch == "qwen3_moe":
+            writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if arch in GEMMA:
+        writer.add_sliding_window(max(c.layer_windows, default=0))
+    if c.rope_scaling is not None and c.rope_scaling.kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(c.rope_scaling.factor)
+    if arch == "gemma2":
+        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(c.final_logit_softcapping)
+
+
 def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
                qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
                skip: tuple[str, ...] = (), extra: dict | None = None) -> Path:
@@ -222,19 +238,7 @@ def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
     writer.add_vocab_size(c.vocab_size)
     writer.add_bos_token_id(c.bos_token_id)
     writer.add_eos_token_id(c.eos_token_ids[0])
-    if c.num_experts:
-        writer.add_expert_count(c.num_experts)
-        writer.add_expert_used_count(c.num_experts_per_tok)
-        if arch == "qwen3_moe":
-            writer.add_expert_feed_forward_length(c.moe_intermediate_size)
-    if arch in GEMMA:
-        writer.add_sliding_window(max(c.layer_windows, default=0))
-    if c.rope_scaling is not None and c.rope_scaling.kind == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(c.rope_scaling.factor)
-    if arch == "gemma2":
-        writer.add_attn_logit_softcapping(c.attn_logit_softcapping)
-        writer.add_final_logit_softcapping(c.final_logit_softcapping)
+    add_family_keys(writer, c, arch)
     tensors = {**gguf_tensors(config, params, arch), **(extra or {})}
     for name, array in tensors.items():
         if name in skip:

@@ -13,7 +13,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from engine.config import EngineConfig, ModelConfig
-from engine.device.weights import SERVED_AXES, served_axes
+from engine.device.weights import is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
 TENSOR_AXIS = "tp"
@@ -97,7 +97,7 @@ def served_shardings(mesh: Mesh, weights: dict) -> dict:
     an int8 weight's scales split like its values."""
     def sharding_for(path, leaf) -> NamedSharding:
         names = [key.key if hasattr(key, "key") else getattr(key, "name", None) for key in path]
-        weight_name = [name for name in names if name in SERVED_AXES or str(name).endswith("norm")][-1]
+        weight_name = [name for name in names if is_served_weight(name)][-1]
         axes = served_axes(weight_name)
         return NamedSharding(mesh, partition_spec(leaf.shape, axes, mesh))
 

@@ -141,6 +141,12 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
     return weights
 
 
+def is_served_weight(name) -> bool:
+    """Whether `name` (a key of the served pytree) names a weight, rather than a part of
+    one (an int8 weight's values or scales) or the layers' subtree."""
+    return name in SERVED_AXES or str(name).endswith("norm")
+
+
 def served_axes(name: str) -> tuple[str | None, ...]:
     """Logical axes of a served weight; an int8 weight's scales [..., out, groups] have its axes.
     A layer norm a family adds (Gemma's post-norms) is replicated like the others."""

@@ -173,12 +173,7 @@ def _stack(read, config: ModelConfig, names: TensorNames, name: str, permuted: b
         heads = config.num_heads
     elif permuted and name == "wk":
         heads = config.num_kv_heads
-
-    def one_layer(index: int) -> np.ndarray:
-        arrays = [read(tensor, heads) for tensor in names.layer_names(name, index, config.num_experts)]
-        return np.stack(arrays) if names.per_expert(name) else arrays[0]
-
-    return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
+    return names.stacked(lambda tensor: read(tensor, heads), name, config)
 
 
 def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
@@ -194,10 +189,7 @@ def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def _refuse_unused(tensors: Mapping, config: ModelConfig) -> None:
-    names, specs = family_of(config).gguf_tensors, param_specs(config)
-    expected = set(names.top.values())
-    expected |= {tensor for i in range(config.num_layers) for name in specs["layers"]
-                 for tensor in names.layer_names(name, i, config.num_experts)}
+    expected = family_of(config).gguf_tensors.expected(param_specs(config)["layers"], config)
     unused = sorted(name for name in tensors if name not in expected)
     if unused:
         raise ValueError(f"GGUF file has tensors this model does not use: {', '.join(unused[:5])}")

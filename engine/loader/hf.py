@@ -18,7 +18,6 @@ from safetensors import safe_open
 
 from engine.config import LINEAR, LLAMA3, ModelConfig, RopeScaling
 from engine.models import family_for_hf, family_of
-from engine.models.family import TensorNames
 from engine.models.params import param_specs
 
 
@@ -99,26 +98,14 @@ def _read_params(read, config: ModelConfig) -> dict:
     names = family_of(config).hf_tensors
     specs = param_specs(config)
     params = {name: read(names.top[name]) for name in specs if name != "layers"}
-    params["layers"] = {name: _stack(read, config, names, name) for name in specs["layers"]}
+    params["layers"] = {name: names.stacked(read, name, config) for name in specs["layers"]}
     return params
 
 
-def _stack(read, config: ModelConfig, names: TensorNames, name: str) -> np.ndarray:
-    """`name` stacked over the layers (and each layer's experts, where the format keeps a
-    tensor per expert)."""
-    def one_layer(index: int) -> np.ndarray:
-        arrays = [read(tensor) for tensor in names.layer_names(name, index, config.num_experts)]
-        return np.stack(arrays) if names.per_expert(name) else arrays[0]
-
-    return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
-
-
 def _refuse_unused(files: dict[str, Path], config: ModelConfig) -> None:
-    family, specs = family_of(config), param_specs(config)
-    names = family.hf_tensors
-    expected = set(names.top.values())  # a tied checkpoint may still carry lm_head.weight: harmless
-    expected |= {tensor for i in range(config.num_layers) for name in specs["layers"]
-                 for tensor in names.layer_names(name, i, config.num_experts)}
+    family = family_of(config)
+    # A tied checkpoint may still carry lm_head.weight (a copy of the embedding): harmless.
+    expected = family.hf_tensors.expected(param_specs(config)["layers"], config)
     unused = sorted(n for n in files if n not in expected and not n.endswith(family.hf_ignored_suffixes))
     if unused:
         raise ValueError(f"checkpoint has tensors this model does not use: {', '.join(unused[:5])}")

@@ -9,9 +9,11 @@ and sharding ask the registry for these; nothing else names a family.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from engine.config import ModelConfig
 
@@ -51,6 +53,20 @@ class TensorNames:
         if self.per_expert(name):
             return [self.layer_name(name, index, expert) for expert in range(num_experts)]
         return [self.layer_name(name, index)]
+
+    def stacked(self, read: Callable[[str], np.ndarray], name: str, config: ModelConfig) -> np.ndarray:
+        """`name` read with `read(tensor)` and stacked over the layers (and each layer's
+        experts, where the format keeps a tensor per expert)."""
+        def one_layer(index: int) -> np.ndarray:
+            arrays = [read(tensor) for tensor in self.layer_names(name, index, config.num_experts)]
+            return np.stack(arrays) if self.per_expert(name) else arrays[0]
+
+        return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
+
+    def expected(self, layer_weights: Iterable[str], config: ModelConfig) -> set[str]:
+        """Every tensor name a checkpoint of `config` may hold, for its `layer_weights`."""
+        return set(self.top.values()) | {tensor for i in range(config.num_layers) for name in layer_weights
+                                         for tensor in self.layer_names(name, i, config.num_experts)}
 
 
 @dataclass(frozen=True)

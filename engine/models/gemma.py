@@ -20,6 +20,7 @@ computes Gemma's; the GGUF reader takes the one back off (`gguf_norm_offset`).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.models.family import Family, MetadataGetter, ParamSpec, TensorNames
-from engine.models.layers import linear, rope_inv_freq
+from engine.models.layers import linear, mlp, rope_inv_freq
 from engine.models.llama import GGUF_TENSORS as LLAMA_GGUF
 from engine.models.llama import HF_TENSORS as LLAMA_HF
 from engine.models.llama import Llama, Step, hf_layer_windows, llama_param_specs
@@ -61,8 +62,12 @@ class Gemma(Llama):
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step,
                                   self.layer_rope(index, step), scale, softcap=config.attn_logit_softcapping)
         x = x + self.norm(linear(attn, weights["wo"]), weights["post_attn_norm"])
-        h = geglu(self.norm(x, weights["mlp_norm"]), weights)
+        h = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights)
         return x + self.norm(h, weights["post_mlp_norm"]), cache
+
+    def feed_forward(self, h, weights: dict):
+        """GeGLU: gelu (tanh approximation) in place of SwiGLU's silu."""
+        return mlp(h, weights, partial(jax.nn.gelu, approximate=True))
 
     def layer_rope(self, index, step: Step):
         """Layer `index`'s RoPE frequencies: a local layer of Gemma 3 rotates with its own
@@ -76,11 +81,6 @@ class Gemma(Llama):
 
     def logits(self, hidden):
         return soft_cap(super().logits(hidden), self.config.final_logit_softcapping)
-
-
-def geglu(h, weights: dict):
-    gate, up = jnp.split(linear(h, weights["w_gate_up"]), 2, axis=-1)
-    return linear(jax.nn.gelu(gate, approximate=True) * up, weights["w_down"])
 
 
 def gemma_param_specs(config: ModelConfig) -> dict:

@@ -151,10 +151,11 @@ def replace_embeddings(x, rows, token_index):
     return jax.lax.cond(jnp.any(token_index >= 0), swap, lambda: x)
 
 
-def mlp(h, weights: dict):
-    """SwiGLU through the fused gate|up matrix: silu(gate) * up, then down."""
+def mlp(h, weights: dict, activation=jax.nn.silu):
+    """A gated MLP through the fused gate|up matrix: activation(gate) * up, then down
+    (SwiGLU with silu, Gemma's GeGLU with tanh-approximated gelu)."""
     gate, up = jnp.split(linear(h, weights["w_gate_up"]), 2, axis=-1)
-    return linear(jax.nn.silu(gate) * up, weights["w_down"])
+    return linear(activation(gate) * up, weights["w_down"])
 
 
 def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq, norm=None):

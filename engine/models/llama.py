@@ -8,8 +8,8 @@ over a ragged batch and the paged KV cache. For jit, the runner splits the modul
 static graph and a state pytree and merges them inside the jitted step, so the step stays
 a pure function of (weights, cache, batch).
 
-Another family reuses this decoder by overriding its stages: `embed`, `layer`, `final_norm`
-and `logits` (engine/models/gemma.py does).
+Another family reuses this decoder by overriding its stages: `embed_tokens`, `norm`,
+`layer`, `feed_forward`, `logits` (engine/models/gemma.py and moe.py do).
 """
 
 from __future__ import annotations
@@ -96,7 +96,11 @@ class Llama(nnx.Module):
         """One decoder layer over x [tokens, hidden]: (x, cache) after it."""
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step)
         x = x + linear(attn, weights["wo"])
-        return x + mlp(self.norm(x, weights["mlp_norm"]), weights), cache
+        return x + self.feed_forward(self.norm(x, weights["mlp_norm"]), weights), cache
+
+    def feed_forward(self, h, weights: dict):
+        """The layer's MLP of the normed h [tokens, hidden]: SwiGLU."""
+        return mlp(h, weights)
 
     def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, softcap=None):
         """Self-attention of the normed h [tokens, hidden] over the cache, its K and V written

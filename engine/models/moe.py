@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from engine.config import ModelConfig
 from engine.models.family import Family, MetadataGetter, ParamSpec, TensorNames
 from engine.models.layers import linear
-from engine.models.llama import GGUF_TENSORS, HF_TENSORS, Llama, Step, llama_param_specs, refuse_extra_biases
+from engine.models.llama import GGUF_TENSORS, HF_TENSORS, Llama, llama_param_specs, refuse_extra_biases
 
 DENSE_MLP = ("w_gate", "w_up", "w_down")
 # Contract a [tokens, in] group with an [experts, out, in] weight on `in`: no transpose.
@@ -40,10 +40,8 @@ EXPERT_DOT = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [2])
 class MixtureOfExperts(Llama):
     """A Llama decoder whose MLPs are experts picked per token by a router."""
 
-    def layer(self, x, cache, index, weights: dict, step: Step):
-        attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step)
-        x = x + linear(attn, weights["wo"])
-        return x + experts_mlp(self.norm(x, weights["mlp_norm"]), weights, self.config), cache
+    def feed_forward(self, h, weights: dict):
+        return experts_mlp(h, weights, self.config)
 
 
 def route(h, router, config: ModelConfig):

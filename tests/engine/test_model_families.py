@@ -14,6 +14,7 @@ from gemma_reference import greedy as gemma_greedy
 from loader_files import write_gguf, write_hf
 from numpy_reference import forward as llama_forward
 from numpy_reference import greedy as llama_greedy
+from test_loaders import flat
 
 from engine.config import EngineConfig
 from engine.device.attention import choose
@@ -34,11 +35,6 @@ RUNNER = EngineConfig(max_model_len=256, max_num_seqs=4, max_num_batched_tokens=
 
 def relative_error(actual, expected):
     return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
-
-
-def flat(params: dict) -> dict:
-    return {**{k: v for k, v in params.items() if k != "layers"},
-            **{f"layers/{k}": v for k, v in params["layers"].items()}}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

@@ -18,6 +18,7 @@ from family_configs import MOE
 from loader_files import write_gguf, write_hf
 from moe_reference import forward, greedy, routes
 from numpy_reference import rms_norm
+from test_loaders import flat
 
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
@@ -38,11 +39,6 @@ PROMPT = [int(t) for t in np.random.default_rng(1).integers(0, 96, 30)]
 
 def relative_error(actual, expected):
     return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
-
-
-def flat(params: dict) -> dict:
-    return {**{k: v for k, v in params.items() if k != "layers"},
-            **{f"layers/{k}": v for k, v in params["layers"].items()}}
 
 
 @pytest.fixture(scope="module", params=sorted(MOE))
