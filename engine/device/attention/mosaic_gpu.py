@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -81,6 +82,11 @@ def _fits(head_dim: int, block_keys: int) -> bool:
     return block_keys <= MAX_WGMMA_N and smem <= SMEM_BYTES and registers <= REGISTER_BUDGET
 
 
+# Jitted, so that a step calling it once per layer (the GPU's unrolled layer loop) lowers the
+# kernel once and calls that one function from every layer. Inlined, each layer lowered it
+# again: 0.75 s of Mosaic GPU lowering and 270 KB of module a layer for the 8B shape, measured
+# on the CPU (BENCHMARKS.md "Issue 24 [2/6]: the first run on an H100").
+@partial(jax.jit, static_argnames=("interpret", "splits"))
 def ragged_paged_attention(q, k_cache, v_cache, layer, token_rows, positions, block_tables, scale: float,
                            *, interpret=None, splits: int | None = None):
     """Attention output [tokens, heads, d] of queries q [tokens, heads, d] over the paged cache
