@@ -77,6 +77,12 @@ class ModelConfig:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def routing_shape(self) -> tuple[int, int]:
+        """(layers, experts per token) of a token's routing: the experts each layer picked
+        (engine/models/moe.py); (0, 0) for a model without experts."""
+        return (self.num_layers, self.num_experts_per_tok) if self.num_experts else (0, 0)
+
     def windowed(self, max_len: int) -> bool:
         """Whether some layer's window hides keys from a sequence of up to `max_len` tokens."""
         return any(0 < window < max_len for window in self.layer_windows)

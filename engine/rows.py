@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import numpy as np
+
 from engine.device.step_io import RowPlan
 from engine.host.embeddings import replaced_between
 from engine.host.grammar_masks import GrammarMasks
 from engine.host.request import SamplingParams
+from engine.host.routing_replay import replayed_between
 from engine.host.scheduler import ScheduledSequence
 from engine.host.sequence import Sequence
 from engine.sampling import RowSampling
@@ -29,10 +32,25 @@ def row_plan(item: ScheduledSequence, masks: GrammarMasks,
     try:
         return dataclasses.replace(
             row, sampling=row_sampling(seq, masks) if item.needs_sample else None,
-            next_token_ids=next_prompt_ids(seq, start, count), embeddings=replaced_between(seq, start, count))
+            next_token_ids=next_prompt_ids(seq, start, count), embeddings=replaced_between(seq, start, count),
+            forced_experts=forced_experts(seq, start, count))
     except Exception as error:
         on_fault(seq, error)
         return dataclasses.replace(row, sampling=neutral_sampling(seq) if item.needs_sample else None)
+
+
+def forced_experts(seq: Sequence, start: int, count: int) -> np.ndarray | None:
+    """The chunk's replayed routing as the batch holds it: [count, layers, k], -1 where
+    the router picks (engine/host/routing_replay.py); None when nothing is replayed."""
+    chunk = replayed_between(seq, start, count)
+    if chunk is None:
+        return None
+    width = len(next(routing for routing in chunk if routing is not None))
+    forced = np.full((count, width), -1, np.int32)
+    for offset, routing in enumerate(chunk):
+        if routing is not None:
+            forced[offset] = routing
+    return forced
 
 
 def row_sampling(seq: Sequence, masks: GrammarMasks) -> RowSampling:

@@ -1229,6 +1229,23 @@ class HealthAttention(BaseModel):
     ] = None
 
 
+class CompletionsExtensionRequest(BaseModel):
+    """
+    Request fields of POST /v1/completions that no seed defines, read from the same JSON object as the Fireworks and Friendli fields.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    routing_matrices: Annotated[
+        list[str | None] | None,
+        Field(
+            description="MoE Router Replay: routings to replay on the prompt's tokens, for a mixture-of-experts model. Entry i is the `routing_matrix` string of the content logprobs entry of prompt token i + 1 (the routing of the forward of prompt token i, which gave that entry's logprob), so the entries of an echoed response after its first token hand back as they are. Prompt token i then goes to exactly those experts in every layer, weighted by the router's own probabilities of them. A null entry, and every position past the list, is routed by the router. Only prompt positions are replayed: to replay a generation, append it to the prompt. One prompt per request.",
+            title="Routing Matrices",
+        ),
+    ] = None
+
+
 class V1ResponsesResponseIdGetParametersQuery(BaseModel):
     include: list[ResponseIncludable] | None = None
 

@@ -16,20 +16,28 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def routes(config, router, h):
-    """Each token's experts and weights, and the softmax they were picked from."""
+def routes(config, router, h, forced=None):
+    """Each token's experts and weights, and the softmax they were picked from. `forced`:
+    per token None (the router picks) or its k experts, weighted by the router's
+    probabilities of them (routing replay), renormalized as a pick would be."""
     logits = h.astype(np.float64) @ router.T.astype(np.float64)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     picks = np.argsort(-probs, axis=-1, kind="stable")[:, :config.num_experts_per_tok]
+    for token, experts in enumerate(forced or []):
+        if experts is not None:
+            picks[token] = experts
     weights = np.take_along_axis(probs, picks, -1)
     if config.norm_topk_prob:
         weights /= weights.sum(-1, keepdims=True)
     return picks, weights
 
 
-def experts(config, layers, i, h):
-    picks, weights = routes(config, layers["router"][i], h)
+def experts(config, layers, i, h, forced=None, trace=None):
+    """Layer i's experts MLP of the normed h; the picks go to trace[:, i] when given."""
+    picks, weights = routes(config, layers["router"][i], h, forced)
+    if trace is not None:
+        trace[:, i] = picks
     out = np.zeros(h.shape, np.float64)
     for t in range(h.shape[0]):
         for expert, weight in zip(picks[t], weights[t]):
@@ -42,6 +50,20 @@ def experts(config, layers, i, h):
 def forward(config, params, token_ids):
     """Logits [seq, vocab] for every position of one sequence."""
     return llama_forward(config, params, token_ids, mlp=experts)
+
+
+def routed_forward(config, params, token_ids, replay=()):
+    """(logits [seq, vocab], routing [seq, layers, k]) of one sequence, with `replay`: per
+    position from the first, None or its experts layer by layer (layers x k ids)."""
+    k = config.num_experts_per_tok
+    trace = np.zeros((len(token_ids), config.num_layers, k), np.int64)
+    replay = list(replay) + [None] * (len(token_ids) - len(replay))
+
+    def mlp(config, layers, i, h):
+        forced = [None if routing is None else list(routing[i * k:(i + 1) * k]) for routing in replay]
+        return experts(config, layers, i, h, forced, trace)
+
+    return llama_forward(config, params, token_ids, mlp=mlp), trace
 
 
 def greedy(config, params, prompt_ids, num_tokens):

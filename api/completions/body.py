@@ -13,6 +13,7 @@ import pydantic
 from api.core.errors import RequestValidationError
 from api.core.validation import merged_model, parse_body, require_object
 from generated import fireworks_completions as fireworks
+from generated import flint
 from generated import friendli_container_completions as friendli
 from generated import friendli_serverless_completions as serverless
 
@@ -31,6 +32,7 @@ MODELS: tuple[type[pydantic.BaseModel], ...] = (
     friendli.CompletionsBodyWithPrompt,
     friendli.CompletionsBodyWithTokens,
     serverless.ServerlessCompletionsExtensionRequest,
+    flint.CompletionsExtensionRequest,
     OpenAILegacyFields,
 )
 

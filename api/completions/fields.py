@@ -7,6 +7,7 @@ from api.completions.body import OpenAILegacyFields
 from api.core import refusals
 from api.core.registry import ModelFields, Planned, Refused, Registry, Sampled, Stopping
 from generated import fireworks_completions as fireworks
+from generated import flint
 from generated import fireworks_streaming as streaming
 from generated import friendli_container_completions as friendli
 from generated import friendli_serverless_completions as serverless
@@ -142,6 +143,10 @@ REGISTRY = Registry([
     ModelFields(OpenAILegacyFields, {
         "best_of": Refused("only best_of 1 is served", _not_default(1)),
         "suffix": Refused("insertion (suffix) is not supported", lambda value: value is not None),
+    }),
+    ModelFields(flint.CompletionsExtensionRequest, {
+        "routing_matrices": Planned("routing.routing_replay", "tests/api/test_model_families_http.py::"
+                                    "test_moe_logprobs_carry_routing_matrices_that_replay"),
     }),
     # The AsyncAPI message of a streamed completion is a subset of the Fireworks body, served
     # by the same route with the same handling.

@@ -4,7 +4,8 @@
   (one {token: logprob} dict per position, the sampled token always in it, as OpenAI and
   Fireworks promise) and `text_offset`.
 - Content (`logprobs: true`, OpenAI's newer format): one entry per token with its bytes,
-  its top alternatives (`top_logprobs` of them) and its text offset.
+  its top alternatives (`top_logprobs` of them), its text offset and, for a mixture of
+  experts, its `routing_matrix` (api/completions/routing.py).
 
 With echo the prompt's tokens come first. The first prompt token has no context, so its
 logprob is null, as OpenAI and vLLM report it; the spec types these lists as floats, so
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from api.completions.routing import routing_matrix
+from engine.config import ModelConfig
 from engine.host.request import PromptTokenLogprob, TokenLogprob
 from engine.text.tokenizer import Tokenizer
 from generated.fireworks_completions import LogProbs, NewLogProbs, NewLogProbsContent, NewLogProbsContentTopLogProbs
@@ -29,10 +32,11 @@ class TokenEntry:
     logprob: float | None
     sampling_logprob: float | None
     top: tuple[tuple[int, float], ...]
+    routing: tuple[int, ...] | None = None  # a mixture of experts' routing (api/completions/routing.py)
 
 
 def generated_entries(logprobs: Sequence[TokenLogprob]) -> list[TokenEntry]:
-    return [TokenEntry(lp.token_id, lp.logprob, lp.sampling_logprob, lp.top) for lp in logprobs]
+    return [TokenEntry(lp.token_id, lp.logprob, lp.sampling_logprob, lp.top, lp.routing) for lp in logprobs]
 
 
 def prompt_entries(prompt: Sequence[int], logprobs: Sequence[PromptTokenLogprob] | None,
@@ -43,17 +47,19 @@ def prompt_entries(prompt: Sequence[int], logprobs: Sequence[PromptTokenLogprob]
     entries = []
     for position in range(first, len(prompt)):
         lp = by_position.get(position)
-        entries.append(TokenEntry(prompt[position], lp.logprob if lp else None, None, lp.top if lp else ()))
+        entries.append(TokenEntry(prompt[position], lp.logprob if lp else None, None, lp.top if lp else (),
+                                  lp.routing if lp else None))
     return entries
 
 
 class LogprobsWriter:
     """Formats entries for one choice, keeping the text offset across calls (a stream)."""
 
-    def __init__(self, tokenizer: Tokenizer, content_format: bool, num_top: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, content_format: bool, num_top: int, model: ModelConfig | None = None) -> None:
         self.tokenizer = tokenizer
         self.content_format = content_format
         self.num_top = num_top
+        self.model = model  # for the content entries' routing_matrix (None: left null)
         self.offset = 0  # where the next token's text starts in the choice's text
 
     def token_text(self, token_id: int) -> str:
@@ -91,7 +97,8 @@ class LogprobsWriter:
                                              bytes=self.token_bytes(token))
                for token, logprob in entry.top[: self.num_top]]
         fields = dict(token=text, logprob=entry.logprob, sampling_logprob=entry.sampling_logprob,
-                      bytes=self.token_bytes(entry.token_id), top_logprobs=top, token_id=entry.token_id, text_offset=offset)
+                      bytes=self.token_bytes(entry.token_id), top_logprobs=top, token_id=entry.token_id, text_offset=offset,
+                      routing_matrix=routing_matrix(entry.routing, self.model) if self.model else None)
         if entry.logprob is None:
             return NewLogProbsContent.model_construct(**fields)
         return NewLogProbsContent(**fields)

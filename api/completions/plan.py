@@ -17,6 +17,8 @@ Decisions (see ../shared/API-DIALECTS.md for the dialect table):
   json_schema, json_object and regex) constrains every choice (api/core/structured.py).
 - `token_index_to_replace` / `embedding_to_replace` replace the input embeddings of those
   prompt positions (api/completions/embeddings.py), for every choice of the one prompt.
+- `routing_matrices` replays a mixture of experts' routing on the prompt's tokens
+  (api/completions/routing.py), for every choice of the one prompt.
 - `include_output_logits` returns each generated token's raw model logit (before any
   sampling processing), beside `tokens`.
 - Reasoning controls (`reasoning_effort`, `thinking`) split the thinking off the text of a
@@ -38,6 +40,7 @@ from typing import Any
 from api.completions.beams import beam_params
 from api.completions.body import MODELS
 from api.completions.embeddings import replaced_embeddings
+from api.completions.routing import routing_replay
 from api.completions.fields import REGISTRY
 from api.completions.reasoning import completion_reasoning
 from api.core import limits
@@ -103,9 +106,10 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
     logprobs = logprobs_of(body)
     grammar = await answer_grammar(body, server)
     embeddings = await asyncio.to_thread(replaced_embeddings, body, server, prompts)  # up to millions of numbers
+    routing = await asyncio.to_thread(routing_replay, body, server, prompts)
     reasoning = completion_reasoning(body, server)
     prediction = await prediction_token_ids(body, server)
-    choices = [replace(choice, grammar=grammar, embeddings=embeddings,
+    choices = [replace(choice, grammar=grammar, embeddings=embeddings, routing_replay=routing,
                        reasoning=reasoning and reasoning.engine_reasoning(choice.prompt_token_ids, server.tokenizer))
                for choice in choice_requests(body, server, prompts, n, echo_last, logprobs, beam, prediction)]
     return CompletionPlan(

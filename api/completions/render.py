@@ -29,6 +29,7 @@ from api.completions.logprobs import LogprobsWriter, generated_entries, merge_lo
 from api.completions.plan import CompletionPlan
 from api.completions.reasoning import add_to_choice, add_to_usage, splits
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
+from engine.config import ModelConfig
 from engine.text.tokenizer import Tokenizer
 from generated import fireworks_completions as fireworks
 from generated.fireworks_streaming import PerfMetrics
@@ -52,7 +53,11 @@ class CompletionContext:
         return self.generation.server.model.id
 
     def writer(self) -> LogprobsWriter:
-        return LogprobsWriter(self.tokenizer, self.plan.content_logprobs, self.plan.logprobs or 0)
+        return LogprobsWriter(self.tokenizer, self.plan.content_logprobs, self.plan.logprobs or 0, self.model_config)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self.generation.server.running_engine.engine.model_config
 
     def echo_text(self, prompt_index: int) -> str:
         """The echoed prompt: its own text when echoed whole, else its last tokens decoded."""
@@ -166,7 +171,7 @@ def raw_output(context: CompletionContext, result: ChoiceResult) -> fireworks.Ra
     text = context.plan.prompt_texts[result.prompt_index]
     completion_logprobs = None
     if context.plan.logprobs is not None:
-        writer = LogprobsWriter(context.tokenizer, True, context.plan.logprobs)
+        writer = LogprobsWriter(context.tokenizer, True, context.plan.logprobs, context.model_config)
         completion_logprobs = writer.write(generated_entries(result.logprobs))
     return fireworks.RawOutput(
         prompt_fragments=[text] if text is not None else list(prompt), prompt_token_ids=prompt,

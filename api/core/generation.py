@@ -60,6 +60,7 @@ class ChoiceRequest:
     grammar: Grammar | None = None  # what the output must follow (api/core/structured.py)
     prediction: tuple[int, ...] = ()  # the predicted output's tokens (api/core/prediction.py)
     embeddings: tuple[EmbeddingReplacement, ...] = ()  # input embeddings replacing prompt tokens
+    routing_replay: tuple[tuple[int, ...] | None, ...] = ()  # experts by prompt position (engine/host/routing_replay.py)
     reasoning: Reasoning | None = None  # the model's thinking section (api/core/reasoning_prompt.py)
     beam: BeamSearchParams | None = None  # a beam search, whose beams are choices index, index + 1, ...
 
@@ -167,7 +168,7 @@ class Generation:
     def engine_request(self, choice: ChoiceRequest) -> Request:
         return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
                        choice.grammar, prediction=choice.prediction, embeddings=choice.embeddings,
-                       reasoning=choice.reasoning, beam=choice.beam)
+                       routing_replay=choice.routing_replay, reasoning=choice.reasoning, beam=choice.beam)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""

@@ -33,6 +33,9 @@ class BatchInputs:
     # the shape stays static; the scheduler keeps a step's replacements within them.
     embedding_rows: jax.Array  # [embedding rows, hidden] float32
     embedding_token_index: jax.Array  # [embedding rows] int32, the token each row replaces; -1: none
+    # Routing replay (engine/models/moe.py): each token's experts in every layer, replayed
+    # instead of the router's pick; -1: the router picks. [tokens, 0, 0] without experts.
+    forced_experts: jax.Array  # [tokens, layers, experts per token] int32
 
     @property
     def num_tokens(self) -> int:
@@ -41,10 +44,11 @@ class BatchInputs:
 
 def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: int,
                 history: int, max_prefill_rows: int = 1, hidden_size: int = 1,
-                num_embedding_rows: int = 1) -> BatchInputs:
+                num_embedding_rows: int = 1, routing_shape: tuple[int, int] = (0, 0)) -> BatchInputs:
     """An all-padding batch of the given bucket (also the template for compiling it).
 
-    `history` is the width of the token history the penalties read (max_model_len)."""
+    `history` is the width of the token history the penalties read (max_model_len);
+    `routing_shape` the model's (layers, experts per token) (ModelConfig.routing_shape)."""
     tokens = np.zeros(num_tokens, np.int32)
     embedding_rows = np.zeros((num_embedding_rows, hidden_size), np.float32)
     return BatchInputs(
@@ -54,6 +58,7 @@ def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: 
         logits_indices=np.zeros(num_seqs, np.int32), dense_rows=np.full(max_prefill_rows, -1, np.int32),
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
         embedding_rows=embedding_rows, embedding_token_index=np.full(num_embedding_rows, -1, np.int32),
+        forced_experts=np.full((num_tokens, *routing_shape), -1, np.int32),
     )
 
 
@@ -88,6 +93,7 @@ def advance_decode(batch: BatchInputs, tokens, mirostat_mu) -> BatchInputs:
         context_lens=jnp.where(real, batch.context_lens + 1, 0),
         next_token_ids=jnp.full_like(batch.next_token_ids, -1),
         embedding_token_index=jnp.full_like(batch.embedding_token_index, -1),  # only prompt tokens are replaced
+        forced_experts=jnp.full_like(batch.forced_experts, -1),  # only prompt tokens are replayed
         sampling=dataclasses.replace(sampling, positions=sampling.positions + 1, mirostat_mu=mirostat_mu,
                                      history_ids=history_ids),
     )

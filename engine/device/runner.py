@@ -35,7 +35,7 @@ from engine.models import family_of
 from engine.models.layers import layer_loop_for
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
-from engine.sampling.sampler import NUM_TOP_LOGPROBS, sample
+from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
 
 
 class ModelRunner:
@@ -87,24 +87,29 @@ class ModelRunner:
 
         def round_(index, carry):
             kv_cache, batch, results, prompt = carry
-            hidden, kv_cache = model.hidden_states(kv_cache, batch)
+            hidden, kv_cache, routing = model.hidden_states(kv_cache, batch)
             logits = model.logits(hidden[batch.logits_indices])
             with jax.named_scope("sampling"):  # named for profiles (tools/gpu_bench.py)
-                result = sample(logits, batch.sampling)
+                result = with_routing(sample(logits, batch.sampling), routing, batch.logits_indices)
             # Logits of every token only when some row asked for prompt logprobs (never
             # after the first round: advance_decode clears next_token_ids).
             wanted = batch.next_token_ids >= 0
             prompt = jax.lax.cond(
                 jnp.any(wanted),
-                lambda: prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+                lambda: dataclasses.replace(
+                    prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+                    routing=routing),
                 lambda: prompt)
             results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)
             return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu), results, prompt
 
         rows = batch.logits_indices.shape[0]
-        one = jax.eval_shape(lambda: sample(jnp.zeros((rows, self.model_config.vocab_size)), batch.sampling))
+        routing_shape = batch.forced_experts.shape
+        no_routing = jnp.zeros(routing_shape, jnp.int32) if routing_shape[1] else None
+        one = jax.eval_shape(lambda: with_routing(sample(jnp.zeros((rows, self.model_config.vocab_size)),
+                                                         batch.sampling), no_routing, batch.logits_indices))
         results = jax.tree_util.tree_map(lambda a: jnp.zeros((self.config.max_decode_steps, *a.shape), a.dtype), one)
-        prompt = empty_prompt_logprobs(batch.num_tokens, num_top)
+        prompt = dataclasses.replace(empty_prompt_logprobs(batch.num_tokens, num_top), routing=no_routing)
         kv_cache, batch, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
         return (results, prompt, batch), kv_cache
 
@@ -164,7 +169,8 @@ class ModelRunner:
     def _empty_batch(self, bucket: int) -> BatchInputs:
         return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
                            self.model_config.vocab_size, self.config.max_model_len, self.config.max_prefill_rows,
-                           self.model_config.hidden_size, min(self.config.max_embedding_rows, bucket))
+                           self.model_config.hidden_size, min(self.config.max_embedding_rows, bucket),
+                           self.model_config.routing_shape)
 
     def execute(self, rows: list[RowPlan], num_steps: int = 1) -> list[StepOutput]:
         """Run `num_steps` steps (more than one only for rows that all decode one token, with
@@ -296,6 +302,8 @@ class ModelRunner:
             fill_row(batch.sampling, index, row.sampling, position, self.model_config.vocab_size)
         if row.embeddings:
             pack_embeddings(batch, row.embeddings, cursor - row.start)
+        if row.forced_experts is not None:
+            batch.forced_experts[span] = row.forced_experts.reshape(batch.forced_experts[span].shape)
 
     def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
         """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.
@@ -309,5 +317,13 @@ class ModelRunner:
 
     def _logits_of_every_token(self, state, kv_cache, batch: BatchInputs):
         model = nnx.merge(self.graphdef, state)
-        hidden, kv_cache = model.hidden_states(kv_cache, batch)
+        hidden, kv_cache, _ = model.hidden_states(kv_cache, batch)
         return model.logits(hidden), kv_cache
+
+
+def with_routing(result: SampleResult, routing, logits_indices) -> SampleResult:
+    """`result` with each row's routing: the experts of the forward whose logits it
+    sampled from (the routing of its last token); unchanged without experts."""
+    if routing is None:
+        return result
+    return dataclasses.replace(result, logprobs=dataclasses.replace(result.logprobs, routing=routing[logits_indices]))

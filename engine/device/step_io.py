@@ -27,6 +27,9 @@ class RowPlan:
     # Input embeddings for some of token_ids (by their positions in the sequence), in place of
     # the tokens' own (engine/host/embeddings.py).
     embeddings: tuple[EmbeddingReplacement, ...] = ()
+    # A replayed routing for token_ids (engine/host/routing_replay.py): [tokens, layers x
+    # experts per token], -1 where the router picks; None: it picks everywhere.
+    forced_experts: np.ndarray | None = None
 
     @property
     def sample(self) -> bool:

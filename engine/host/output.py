@@ -223,7 +223,14 @@ def token_logprob(num_top: int | None, step: StepOutput, index: int) -> TokenLog
     lp = step.logprobs
     top = tuple((int(t), float(v)) for t, v in zip(lp.top_ids[index][:num_top], lp.top_logprobs[index][:num_top]))
     return TokenLogprob(token_id=int(step.tokens[index]), logprob=float(lp.logprob[index]),
-                        sampling_logprob=float(lp.sampling_logprob[index]), rank=int(lp.rank[index]), top=top)
+                        sampling_logprob=float(lp.sampling_logprob[index]), rank=int(lp.rank[index]), top=top,
+                        routing=routing_of(lp.routing, index))
+
+
+def routing_of(routing, index: int) -> tuple[int, ...] | None:
+    """Entry `index`'s experts, layer by layer, from [entries, layers, k] (None: a model
+    without experts)."""
+    return None if routing is None else tuple(int(expert) for expert in routing[index].reshape(-1))
 
 
 def record_prompt_logprobs(seq: Sequence, start: int, arrays: PromptLogprobs) -> None:
@@ -239,7 +246,8 @@ def record_prompt_logprobs(seq: Sequence, start: int, arrays: PromptLogprobs) ->
                                                        arrays.top_logprobs[offset][:num_top]))
         seq.prompt_logprobs[position] = PromptTokenLogprob(
             token_id=seq.token_ids[position], logprob=float(arrays.logprob[offset]),
-            rank=int(arrays.rank[offset]), is_greedy=bool(arrays.is_greedy[offset]), top=top)
+            rank=int(arrays.rank[offset]), is_greedy=bool(arrays.is_greedy[offset]), top=top,
+            routing=routing_of(arrays.routing, offset))
 
 
 def take_prompt_logprobs(seq: Sequence) -> list[PromptTokenLogprob] | None:

@@ -104,6 +104,10 @@ class Request:
     # Input embeddings that replace the token embeddings at these prompt positions (Friendli's
     # embedding_to_replace): each one hidden_size floats (engine/host/embeddings.py).
     embeddings: tuple[EmbeddingReplacement, ...] = ()
+    # Rollout Routing Replay (engine/host/routing_replay.py): per prompt position from the
+    # first, its experts layer by layer (layers x k ids) to use instead of the router's pick;
+    # None where the router picks. Mixture-of-experts models only.
+    routing_replay: tuple[tuple[int, ...] | None, ...] = ()
     beam: BeamSearchParams | None = None  # a beam search instead of one sampled output
     # The model's thinking section (engine/text/reasoning.py): its text kept apart from the
     # answer, its budget enforced. None: the output is all answer.
@@ -143,6 +147,9 @@ class TokenLogprob:
     sampling_logprob: float
     rank: int
     top: tuple[tuple[int, float], ...]
+    # The experts of the forward that gave this logprob, layer by layer (layers x k ids),
+    # for a mixture-of-experts model (engine/host/routing_replay.py); None otherwise.
+    routing: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,7 @@ class PromptTokenLogprob:
     rank: int
     is_greedy: bool  # it is the model's most likely next token (lm-eval's is_greedy)
     top: tuple[tuple[int, float], ...]
+    routing: tuple[int, ...] | None = None  # as TokenLogprob's: the previous token's forward
 
 
 @dataclass

@@ -10,6 +10,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from engine.host.embeddings import cache_salt, sorted_replacements
+from engine.host.routing_replay import salted
 from engine.text.reasoning import ReasoningTrack
 from engine.text.stop_strings import StopStringMatcher
 
@@ -74,6 +75,8 @@ class Sequence:
         self.embeddings: tuple[EmbeddingReplacement, ...] = ()
         self.embedding_positions: list[int] = []
         self.cache_salt = b""
+        # A replayed routing by prompt position (engine/host/routing_replay.py); () for none.
+        self.routing_replay: tuple[tuple[int, ...] | None, ...] = ()
         self.beam = None  # the BeamSearch this sequence is a beam of (engine/host/beam_search.py)
         self.reasoning: ReasoningTrack | None = None  # where the output stands in its thinking section
 
@@ -88,6 +91,8 @@ class Sequence:
                   end_token_ids, detokenizer, matcher)
         seq.prediction = tuple(request.prediction)
         seq.set_embeddings(request.embeddings)
+        seq.routing_replay = tuple(request.routing_replay)
+        seq.cache_salt = salted(seq.cache_salt, seq.routing_replay)
         seq.reasoning = ReasoningTrack(request.reasoning) if request.reasoning is not None else None
         return seq
 

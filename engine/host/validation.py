@@ -6,6 +6,7 @@ from __future__ import annotations
 from engine.config import ModelConfig
 from engine.host.embeddings import check_embeddings
 from engine.host.request import Request
+from engine.host.routing_replay import check_routing_replay
 from engine.text.grammar import GrammarCompiler
 
 
@@ -27,3 +28,4 @@ def check_request(request: Request, max_model_len: int, model: ModelConfig, gram
     if request.grammar is not None:
         grammars.check(request.grammar)  # GrammarError, a ValueError, names what is wrong
     check_embeddings(request, model.hidden_size)
+    check_routing_replay(request, model)

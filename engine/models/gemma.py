@@ -62,12 +62,12 @@ class Gemma(Llama):
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step,
                                   self.layer_rope(index, step), scale, softcap=config.attn_logit_softcapping)
         x = x + self.norm(linear(attn, weights["wo"]), weights["post_attn_norm"])
-        h = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights)
-        return x + self.norm(h, weights["post_mlp_norm"]), cache
+        h, routing = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights, index, step)
+        return x + self.norm(h, weights["post_mlp_norm"]), cache, routing
 
-    def feed_forward(self, h, weights: dict):
+    def feed_forward(self, h, weights: dict, index, step: Step):
         """GeGLU: gelu (tanh approximation) in place of SwiGLU's silu."""
-        return mlp(h, weights, partial(jax.nn.gelu, approximate=True))
+        return mlp(h, weights, partial(jax.nn.gelu, approximate=True)), None
 
     def layer_rope(self, index, step: Step):
         """Layer `index`'s RoPE frequencies: a local layer of Gemma 3 rotates with its own

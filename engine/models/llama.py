@@ -62,11 +62,13 @@ class Llama(nnx.Module):
 
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
-        hidden, kv_cache = self.hidden_states(kv_cache, batch)
+        hidden, kv_cache, _ = self.hidden_states(kv_cache, batch)
         return self.logits(hidden[batch.logits_indices]), kv_cache
 
-    def hidden_states(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
-        """Final hidden states [tokens, hidden] of every token, writing their K and V to the cache."""
+    def hidden_states(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache, jax.Array | None]:
+        """Final hidden states [tokens, hidden] of every token, writing their K and V to the
+        cache, and each token's routing [tokens, layers, experts per token] (int32) where
+        the layers route to experts (None otherwise: `feed_forward`'s second value)."""
         x = replace_embeddings(self.embed_tokens(batch.token_ids), batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
         step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope())
@@ -74,13 +76,18 @@ class Llama(nnx.Module):
         if self.layer_loop == SCAN:
             def scanned(carry, weights):
                 x, cache, index = carry
-                return (*self.layer(x, cache, index, weights, step), index + 1), None
+                x, cache, routing = self.layer(x, cache, index, weights, step)
+                return (x, cache, index + 1), routing
 
-            (x, kv_cache, _), _ = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)), stacked)
+            (x, kv_cache, _), routing = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)), stacked)
         else:
+            routings = []
             for index in range(self.config.num_layers):  # a static index: a static slice of each weight
-                x, kv_cache = self.layer(x, kv_cache, index, layer_weights(stacked, index), step)
-        return self.norm(x, self.final_norm[...]), kv_cache
+                x, kv_cache, routing = self.layer(x, kv_cache, index, layer_weights(stacked, index), step)
+                routings.append(routing)
+            routing = None if routings[0] is None else jnp.stack(routings)
+        routing = None if routing is None else routing.transpose(1, 0, 2)  # [layers, tokens, k] -> by token
+        return self.norm(x, self.final_norm[...]), kv_cache, routing
 
     def embed_tokens(self, token_ids):
         return self.embed[...][token_ids]
@@ -93,14 +100,16 @@ class Llama(nnx.Module):
         return rms_norm(x, weight, self.config.rms_norm_eps)
 
     def layer(self, x, cache, index, weights: dict, step: Step):
-        """One decoder layer over x [tokens, hidden]: (x, cache) after it."""
+        """One decoder layer over x [tokens, hidden]: (x, cache, routing) after it."""
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step)
         x = x + linear(attn, weights["wo"])
-        return x + self.feed_forward(self.norm(x, weights["mlp_norm"]), weights), cache
+        out, routing = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights, index, step)
+        return x + out, cache, routing
 
-    def feed_forward(self, h, weights: dict):
-        """The layer's MLP of the normed h [tokens, hidden]: SwiGLU."""
-        return mlp(h, weights)
+    def feed_forward(self, h, weights: dict, index, step: Step):
+        """The layer's MLP of the normed h [tokens, hidden] (SwiGLU), and the experts each
+        token was routed to: None, a dense MLP has none (engine/models/moe.py has)."""
+        return mlp(h, weights), None
 
     def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, softcap=None):
         """Self-attention of the normed h [tokens, hidden] over the cache, its K and V written

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from engine.config import ModelConfig
 from engine.models.family import Family, MetadataGetter, ParamSpec, TensorNames
 from engine.models.layers import linear
-from engine.models.llama import GGUF_TENSORS, HF_TENSORS, Llama, llama_param_specs, refuse_extra_biases
+from engine.models.llama import GGUF_TENSORS, HF_TENSORS, Llama, Step, llama_param_specs, refuse_extra_biases
 
 DENSE_MLP = ("w_gate", "w_up", "w_down")
 # Contract a [tokens, in] group with an [experts, out, in] weight on `in`: no transpose.
@@ -43,27 +43,41 @@ EXPERT_DOT = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [2])
 class MixtureOfExperts(Llama):
     """A Llama decoder whose MLPs are experts picked per token by a router."""
 
-    def feed_forward(self, h, weights: dict):
-        return experts_mlp(h, weights, self.config)
+    def feed_forward(self, h, weights: dict, index, step: Step):
+        """The experts' output, and each token's experts [t, k] in this layer: the
+        router's pick, or the batch's replayed one (`forced_experts`, -1: none)."""
+        return experts_mlp(h, weights, self.config, step.batch.forced_experts[:, index])
 
 
-def route(h, router, config: ModelConfig):
-    """Each token's experts [t, k] (int32) and their weights [t, k] (float32)."""
+def route(h, router, config: ModelConfig, forced=None):
+    """Each token's experts [t, k] (int32) and their weights [t, k] (float32).
+
+    `forced` [t, k] (int32) replays a routing (Rollout Routing Replay): where a token's
+    row is not -1 its experts are those, weighted by the router's own probabilities of
+    them (renormalized as the pick would be), so that the replayed token sees the same
+    experts and the weights the live router gives them."""
     probs = jax.nn.softmax(linear(h, router).astype(jnp.float32), axis=-1)
     weights, experts = jax.lax.top_k(probs, config.num_experts_per_tok)
+    experts = experts.astype(jnp.int32)
+    if forced is not None:
+        replayed = forced[:, :1] >= 0
+        experts = jnp.where(replayed, forced, experts)
+        weights = jnp.where(replayed, jnp.take_along_axis(probs, jnp.maximum(forced, 0), axis=1), weights)
     if config.norm_topk_prob:
         weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
-    return experts.astype(jnp.int32), weights
+    return experts, weights
 
 
-def experts_mlp(h, weights: dict, config: ModelConfig):
+def experts_mlp(h, weights: dict, config: ModelConfig, forced=None):
     """The experts' output [t, hidden] for the normed h [t, hidden], in the form that
-    measures best for the step's shape and the backend (the module's docstring)."""
-    experts, expert_weights = route(h, weights["router"], config)
+    measures best for the step's shape and the backend (the module's docstring), and the
+    experts [t, k] each token went to (`forced`: a replayed routing, `route`)."""
+    experts, expert_weights = route(h, weights["router"], config, forced)
     if jax.default_backend() == "tpu":
-        return grouped(h, weights, config, experts, expert_weights)
-    form = gathered if h.shape[0] == 1 else dense
-    return form(h, weights, config, experts, expert_weights)
+        form = grouped
+    else:
+        form = gathered if h.shape[0] == 1 else dense
+    return form(h, weights, config, experts, expert_weights), experts
 
 
 def gathered(h, weights: dict, config: ModelConfig, experts, expert_weights):

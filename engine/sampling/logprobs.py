@@ -33,6 +33,9 @@ class TokenLogprobs:
     top_ids: jax.Array  # [rows, num_top] int32, most likely first
     top_logprobs: jax.Array  # [rows, num_top] float32, matching top_ids
     logit: jax.Array  # [rows] float32, the token's raw model logit (filled for every row: one gather)
+    # The experts of the forward that gave the row's logits (engine/device/runner.py adds it
+    # for a model with experts): [rows, layers, experts per token] int32; None without.
+    routing: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -45,6 +48,9 @@ class PromptLogprobs:
     rank: jax.Array  # [tokens] int32, 1 = most likely
     top_ids: jax.Array  # [tokens, num_top] int32, most likely first
     top_logprobs: jax.Array  # [tokens, num_top] float32, matching top_ids
+    # The experts of each token's own forward, which gave the next token's logprob:
+    # [tokens, layers, experts per token] int32 for a model with experts; None without.
+    routing: jax.Array | None = None
 
 
 def log_softmax(logits):

@@ -5,6 +5,7 @@ NumPy forward predicts, and stream chat."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 import numpy as np
@@ -14,6 +15,7 @@ from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from family_configs import FAMILIES, MOE
 from gemma_reference import greedy as gemma_greedy
 from moe_reference import greedy as moe_greedy
+from moe_reference import routed_forward
 from litestar.testing import TestClient
 from loader_files import write_hf
 from numpy_reference import greedy as llama_greedy
@@ -69,3 +71,60 @@ def test_chat_streams(served):
     chunks = list(stream)
     assert chunks[-1].usage.completion_tokens == 6
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+
+
+def decode_matrix(matrix: str, config) -> np.ndarray:
+    """README.md's routing matrix: base64 of one byte per expert id, layer by layer."""
+    return np.frombuffer(base64.b64decode(matrix), np.uint8).reshape(config.num_layers, config.num_experts_per_tok)
+
+
+def echoed_content(sdk, model, prompt, max_tokens, **extra):
+    completion = sdk.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0, echo=True,
+                                        logprobs=True, extra_body={"ignore_eos": True, **extra})
+    return completion.choices[0].logprobs.content
+
+
+def test_moe_logprobs_carry_routing_matrices_that_replay(served):
+    """A mixture of experts' content logprobs carry each token's routing matrix, as the NumPy
+    forward routes the tokens; handed back with other experts, the prompt's logprobs are
+    those of the forward on those experts. Other families leave routing_matrix null."""
+    name, config, params, sdk, model = served
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, config.vocab_size, 12)]
+    content = echoed_content(sdk, model, prompt, 3)
+    if name not in MOE:
+        assert all(entry["routing_matrix"] is None for entry in content)
+        return
+    tokens = [entry["token_id"] for entry in content]
+    _, routing = routed_forward(config, params, tokens)
+    assert content[0]["routing_matrix"] is None  # the first token has no forward before it
+    for position, entry in enumerate(content[1:], start=1):
+        np.testing.assert_array_equal(decode_matrix(entry["routing_matrix"], config), routing[position - 1])
+
+    # Every prompt token sent to other experts: each layer's picks shifted by one.
+    shifted = [(decode_matrix(entry["routing_matrix"], config).astype(int) + 1) % config.num_experts
+               for entry in content[1:len(prompt) + 1]]
+    matrices = [base64.b64encode(matrix.astype(np.uint8).tobytes()).decode() for matrix in shifted]
+    replayed = echoed_content(sdk, model, prompt, 1, routing_matrices=matrices)
+    logits, routing = routed_forward(config, params, prompt, [tuple(matrix.reshape(-1)) for matrix in shifted])
+    expected = logits - logits.max(-1, keepdims=True)
+    expected -= np.log(np.exp(expected).sum(-1, keepdims=True))
+    for position in range(1, len(prompt)):
+        entry = replayed[position]
+        assert entry["routing_matrix"] == matrices[position - 1]
+        assert entry["logprob"] == pytest.approx(expected[position - 1, prompt[position]], abs=1e-3)
+    assert replayed[len(prompt)]["token_id"] == int(np.argmax(logits[-1]))
+
+
+def test_routing_matrices_that_cannot_apply_are_a_400_naming_them(served):
+    name, config, _, sdk, model = served
+    prompt = [1, 2, 3]
+    cases = [([base64.b64encode(b"\0").decode()], "routing_matrices")]
+    if name in MOE:
+        layers, k = config.num_layers, config.num_experts_per_tok
+        cases = [(["not base64!"], "routing_matrices[0]"),
+                 ([None, base64.b64encode(bytes(layers * k)).decode()], "routing_matrices[1]"),  # one expert k times
+                 ([base64.b64encode(bytes(range(k)) * layers).decode()] * 4, "routing_matrices")]  # past the prompt
+    for matrices, param in cases:
+        with pytest.raises(openai.BadRequestError) as raised:
+            sdk.completions.create(model=model, prompt=prompt, max_tokens=1, extra_body={"routing_matrices": matrices})
+        assert raised.value.body["param"] == param, raised.value.body

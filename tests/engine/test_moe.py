@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from family_configs import MOE
 from loader_files import write_gguf, write_hf
-from moe_reference import forward, greedy, routes
+from moe_reference import forward, greedy, routed_forward, routes
 from numpy_reference import rms_norm
 from test_loaders import flat
 
@@ -161,3 +161,90 @@ def test_the_three_forms_of_the_experts_agree():
         results = [form(h, weights, config, experts, expert_weights) for form in (grouped, gathered, dense)]
         for result in results[1:]:
             np.testing.assert_allclose(np.asarray(result), np.asarray(results[0]), rtol=1e-5, atol=1e-5)
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def scored(engine, request_id, prompt, max_tokens, replay=(), prompt_logprobs=0):
+    """Greedy outputs of one request with logprobs (and prompt logprobs unless None):
+    (output tokens, their TokenLogprobs, the prompt's PromptTokenLogprobs)."""
+    sampling = SamplingParams(temperature=0.0, logprobs=0, prompt_logprobs=prompt_logprobs)
+    engine.add_request(Request(request_id, prompt, sampling,
+                               StopCriteria(max_tokens=max_tokens, ignore_eos=True), routing_replay=tuple(replay)))
+    tokens, logprobs, prompt_logprobs = [], [], []
+    while engine.has_unfinished():
+        for output in engine.step():
+            assert output.request_id == request_id and output.error is None, output.error
+            tokens += output.new_token_ids
+            logprobs += output.logprobs or []
+            prompt_logprobs += output.prompt_logprobs or []
+            engine.last_cached_tokens = output.num_cached_tokens
+    return tokens, logprobs, prompt_logprobs
+
+
+def test_routing_is_traced_and_replayed_as_the_reference_routes(moe, smollm2_tokenizer):
+    """Each logprob carries the experts of the forward that gave it (a prompt token's: the
+    token before it), as the NumPy forward routes them. Handed back with other experts,
+    the prompt runs on those experts, and never on the pages its plain run cached."""
+    name, config, _ = moe
+    config = config.replace(vocab_size=smollm2_tokenizer.vocab_size)
+    params = random_params(config, seed=5)
+    checkpoint = Checkpoint(config, params, ModelSource(id=f"tiny-{name}", path=None, format="hf", context_length=512))
+    engine = Engine(checkpoint, smollm2_tokenizer, EngineConfig(max_model_len=64, max_num_seqs=4,
+                                                                max_num_batched_tokens=16, page_size=4, num_pages=60,
+                                                                optimize_compiled_code=False))
+    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    prompt = [int(t) for t in np.random.default_rng(8).integers(0, config.vocab_size, 21)]  # two prompt chunks
+    tokens, logprobs, prompt_logprobs = scored(engine, "plain", prompt, 3)
+    _, routing = routed_forward(config, params, prompt + tokens)
+    flat_routing = routing.reshape(len(routing), -1)
+    assert [lp.routing for lp in prompt_logprobs] == [tuple(flat_routing[j]) for j in range(len(prompt) - 1)]
+    assert [lp.routing for lp in logprobs] == [tuple(flat_routing[len(prompt) - 1 + i]) for i in range(3)]
+
+    # Other experts for every prompt token: each layer's k experts shifted by one.
+    replay = [tuple(int(e) for e in (flat_routing[j] + 1) % config.num_experts) for j in range(len(prompt))]
+    tokens, logprobs, prompt_logprobs = scored(engine, "replayed", prompt, 2, replay)
+    logits, routing = routed_forward(config, params, prompt + tokens, replay)
+    np.testing.assert_array_equal(routing[:len(prompt)].reshape(len(prompt), -1), np.asarray(replay))
+    expected = log_softmax(logits.astype(np.float64))
+    assert tokens[0] == int(np.argmax(logits[len(prompt) - 1]))
+    got = [lp.logprob for lp in prompt_logprobs]
+    want = [expected[j - 1, prompt[j]] for j in range(1, len(prompt))]
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    assert [lp.routing for lp in prompt_logprobs] == [replay[j] for j in range(len(prompt) - 1)]
+    # The first output token comes from the last prompt token's (replayed) forward; the
+    # second from the output token's own, which the router picks.
+    assert logprobs[0].routing == replay[-1]
+    assert logprobs[1].routing == tuple(routing[len(prompt)].reshape(-1))
+    # Without prompt logprobs a prompt reads the prefix cache: the plain run's pages hold
+    # the router's KV, which the replayed prompt must not read.
+    scored(engine, "plain again", prompt, 1, prompt_logprobs=None)
+    assert engine.last_cached_tokens == 20  # the cache is live: five full pages of 4
+    _, logprobs, _ = scored(engine, "replayed again", prompt, 1, replay, prompt_logprobs=None)
+    np.testing.assert_allclose(logprobs[0].logprob, expected[len(prompt) - 1, tokens[0]], rtol=1e-3, atol=1e-3)
+
+
+def test_a_replayed_routing_must_fit_the_model_and_the_prompt():
+    from engine.host.routing_replay import check_routing_replay
+
+    config = MOE["qwen3_moe"]
+    layers, k = config.routing_shape
+    fine = tuple(range(k)) * layers
+
+    def check(replay, model=config, prompt=(1, 2, 3)):
+        check_routing_replay(Request("r", list(prompt), routing_replay=tuple(replay)), model)
+
+    check([fine, None, fine])
+    with pytest.raises(ValueError, match="prompt positions"):
+        check([fine] * 4)
+    with pytest.raises(ValueError, match="expert ids"):
+        check([fine[:-1]])
+    with pytest.raises(ValueError, match="distinct"):
+        check([(0,) * (layers * k)])
+    with pytest.raises(ValueError, match=r"lie in \[0, "):
+        check([(config.num_experts,) + fine[1:]])
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        check([fine], model=config.replace(num_experts=0, num_experts_per_tok=0))
