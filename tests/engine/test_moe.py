@@ -95,16 +95,23 @@ def test_uneven_loads_and_router_ties_are_the_reference_s():
     assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4
 
 
+def tiny_engine(moe, tokenizer, seed: int, step_tokens: int):
+    """(config, weights, Engine) of the family `moe` over SmolLM2's vocabulary, random
+    weights of `seed`, steps of up to `step_tokens` tokens; its essential buckets compiled."""
+    name, config, _ = moe
+    config = config.replace(vocab_size=tokenizer.vocab_size)
+    params = random_params(config, seed=seed)
+    checkpoint = Checkpoint(config, params, ModelSource(id=f"tiny-{name}", path=None, format="hf", context_length=512))
+    engine = Engine(checkpoint, tokenizer, EngineConfig(max_model_len=64, max_num_seqs=4,
+                                                        max_num_batched_tokens=step_tokens, page_size=4, num_pages=60,
+                                                        optimize_compiled_code=False))
+    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    return config, params, engine
+
+
 def test_greedy_tokens_match_the_reference_alone_and_batched(moe, smollm2_tokenizer):
     """Batching changes every expert's group; no token's output may change with it."""
-    name, config, _ = moe
-    config = config.replace(vocab_size=smollm2_tokenizer.vocab_size)
-    params = random_params(config, seed=4)
-    checkpoint = Checkpoint(config, params, ModelSource(id=f"tiny-{name}", path=None, format="hf", context_length=512))
-    engine = Engine(checkpoint, smollm2_tokenizer, EngineConfig(max_model_len=64, max_num_seqs=4,
-                                                                max_num_batched_tokens=32, page_size=4, num_pages=60,
-                                                                optimize_compiled_code=False))
-    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    config, params, engine = tiny_engine(moe, smollm2_tokenizer, seed=4, step_tokens=32)
     rng = np.random.default_rng(7)
     prompts = {f"r{length}": [int(t) for t in rng.integers(0, config.vocab_size, length)] for length in (2, 9, 20)}
 
@@ -189,14 +196,7 @@ def test_routing_is_traced_and_replayed_as_the_reference_routes(moe, smollm2_tok
     """Each logprob carries the experts of the forward that gave it (a prompt token's: the
     token before it), as the NumPy forward routes them. Handed back with other experts,
     the prompt runs on those experts, and never on the pages its plain run cached."""
-    name, config, _ = moe
-    config = config.replace(vocab_size=smollm2_tokenizer.vocab_size)
-    params = random_params(config, seed=5)
-    checkpoint = Checkpoint(config, params, ModelSource(id=f"tiny-{name}", path=None, format="hf", context_length=512))
-    engine = Engine(checkpoint, smollm2_tokenizer, EngineConfig(max_model_len=64, max_num_seqs=4,
-                                                                max_num_batched_tokens=16, page_size=4, num_pages=60,
-                                                                optimize_compiled_code=False))
-    engine.runner.warmup(buckets=engine.runner.essential_buckets())
+    config, params, engine = tiny_engine(moe, smollm2_tokenizer, seed=5, step_tokens=16)
     prompt = [int(t) for t in np.random.default_rng(8).integers(0, config.vocab_size, 21)]  # two prompt chunks
     tokens, logprobs, prompt_logprobs = scored(engine, "plain", prompt, 3)
     _, routing = routed_forward(config, params, prompt + tokens)
