@@ -80,7 +80,7 @@ def decode_matrix(matrix: str, config) -> np.ndarray:
 
 def echoed_content(sdk, model, prompt, max_tokens, **extra):
     completion = sdk.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0, echo=True,
-                                        logprobs=True, extra_body={"ignore_eos": True, **extra})
+                                        logprobs=True, extra_body={"ignore_eos": True, "top_logprobs": 1, **extra})
     return completion.choices[0].logprobs.content
 
 
@@ -100,6 +100,17 @@ def test_moe_logprobs_carry_routing_matrices_that_replay(served):
     for position, entry in enumerate(content[1:], start=1):
         np.testing.assert_array_equal(decode_matrix(entry["routing_matrix"], config), routing[position - 1])
 
+    # The round trip: the generation appended to the prompt, its own matrices handed back
+    # as they came. Every token scores as it did, and the generated ones are again the
+    # most likely (greedy) at their places.
+    own = [entry["routing_matrix"] for entry in content[1:]]
+    replayed = echoed_content(sdk, model, tokens, 0, routing_matrices=own)
+    assert [entry["routing_matrix"] for entry in replayed] == [None, *own]
+    assert [entry["logprob"] for entry in replayed[1:]] == pytest.approx([entry["logprob"] for entry in content[1:]],
+                                                                          abs=1e-4)
+    for entry in replayed[len(prompt):]:
+        assert entry["top_logprobs"][0]["token_id"] == entry["token_id"]
+
     # Every prompt token sent to other experts: each layer's picks shifted by one.
     shifted = [(decode_matrix(entry["routing_matrix"], config).astype(int) + 1) % config.num_experts
                for entry in content[1:len(prompt) + 1]]
@@ -113,6 +124,9 @@ def test_moe_logprobs_carry_routing_matrices_that_replay(served):
         assert entry["routing_matrix"] == matrices[position - 1]
         assert entry["logprob"] == pytest.approx(expected[position - 1, prompt[position]], abs=1e-3)
     assert replayed[len(prompt)]["token_id"] == int(np.argmax(logits[-1]))
+    # Another route is another function: the prompt scores otherwise than under its own.
+    changed = [abs(replayed[j]["logprob"] - content[j]["logprob"]) > 1e-3 for j in range(1, len(prompt))]
+    assert sum(changed) >= len(changed) // 2
 
 
 def test_routing_matrices_that_cannot_apply_are_a_400_naming_them(served):
