@@ -2,7 +2,8 @@
 
 It is built from the llama.cpp that the llama-cpp-python source distribution vendors, at
 the version the `bench` extra names, so that the HTTP comparison runs the same llama.cpp as
-the engine benchmark's in-process one. The cache is per version: a new pin rebuilds.
+the engine benchmark's in-process one. The cache is per version and build options: a new pin
+or option rebuilds.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ import tempfile
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # as the `bench` extra in pyproject.toml
+# Built for this machine's CPU (ggml's native default), without Intel AMX: on a Xeon that
+# has it (a Firecracker VM, 2026-11-27), ggml's AMX matmul ran `tilezero` in a worker thread
+# and died of SIGILL as llama-server started. The AVX-512 paths serve instead.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF",
-                 "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
+                 "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                 f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
+BUILD = f"{LLAMA_CPP_PYTHON_VERSION}-no-amx"  # the cache's folder: a version or option change rebuilds
 
 
 def num_cores() -> int:
@@ -25,9 +32,10 @@ def num_cores() -> int:
 
 
 def cached_llama_server() -> Path:
-    """Where a built llama-server is kept: per llama-cpp-python version, so a new pin rebuilds."""
+    """Where a built llama-server is kept: per llama-cpp-python version and build options,
+    so a new pin or option rebuilds."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "flint" / "llama-server" / LLAMA_CPP_PYTHON_VERSION / "llama-server"
+    return cache / "flint" / "llama-server" / BUILD / "llama-server"
 
 
 def find_llama_server(path: str | None) -> Path:
