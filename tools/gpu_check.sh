@@ -16,7 +16,10 @@
 # On the device machine (no network): run tools/gpu_wheels.sh here first, then run this
 # script there with `.whl` carried. All the steps take longer than one device call may run:
 # split them, `--only "kernel tests,engine parity,serve"` in one call and `--only benchmark`
-# in the next, on the same warm machine. Each step is timed and recorded; a failing step fails
+# in the next, on the same warm machine. The benchmark keeps its compiled programs in
+# /tmp/flint-gpu-check-cache (tools/gpu_bench.py --compilation-cache), so a benchmark call
+# cut short and run again on the same warm machine loads the buckets the first compiled.
+# Each step is timed and recorded; a failing step fails
 # the script (exit 1) but the later steps still run. Each step has its own time limit, and
 # BUDGET caps them together, so that the report is written inside the device tool's
 # 10-minute limit even when a step hangs. PYTHON picks the interpreter (default python3,
