@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -26,6 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_bench import copy_bandwidth, median_seconds  # noqa: E402
 
 from engine.config import ModelConfig  # noqa: E402
 from engine.models.moe import dense, gathered, grouped, route  # noqa: E402
@@ -63,27 +65,10 @@ def layer_fn(form, config: ModelConfig):
     return jax.jit(apply)
 
 
-def median_ms(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
-
-
 def floor_ms(shape: dict, tokens: int, itemsize: int, bandwidth: float) -> float:
     """Milliseconds to read the expert weights a step needs at least, at `bandwidth` B/s."""
     experts_read = min(shape["experts"], tokens * shape["picked"])
     return experts_read * 3 * shape["hidden"] * shape["inner"] * itemsize / bandwidth * 1e3
-
-
-def copy_bandwidth(nbytes: int = 1 << 30) -> float:
-    """Bytes read plus written per second by a device-to-device copy."""
-    x = jnp.ones((nbytes // 4,), jnp.float32)
-    copy = jax.jit(lambda a: a + 1.0)
-    return 2 * nbytes / (median_ms(copy, (x,), 10) / 1e3)
 
 
 def main() -> int:
@@ -97,7 +82,7 @@ def main() -> int:
     shape, dtype = SHAPES[args.shape], jnp.dtype(args.dtype)
     config, weights = layer_config(shape), random_weights(shape, dtype)
     device = jax.devices()[0]
-    bandwidth = copy_bandwidth(1 << 30 if device.platform != "cpu" else 1 << 26)
+    bandwidth = copy_bandwidth(1 << 30 if device.platform != "cpu" else 1 << 26, 10)
     print(f"{device.device_kind} ({device.platform}), jax {jax.__version__}, {args.shape} {args.dtype}, "
           f"copy {bandwidth / 1e9:.0f} GB/s")
     rows, rng = [], np.random.default_rng(1)
@@ -109,7 +94,8 @@ def main() -> int:
         for name, form in FORMS.items():
             if name == "gathered" and tokens * shape["picked"] > 4 * shape["experts"]:
                 continue  # gathers k experts per token: far more bytes than the weights at this size
-            row[f"{name}_ms"] = median_ms(layer_fn(form, config), (h, weights), args.repeats)
+            apply = layer_fn(form, config)
+            row[f"{name}_ms"] = 1e3 * median_seconds(lambda: jax.block_until_ready(apply(h, weights)), args.repeats)
             error = np.linalg.norm(np.asarray(outputs[name], np.float32) - reference) / np.linalg.norm(reference)
             row[f"{name}_rel_l2"] = float(error)
         rows.append(row)
