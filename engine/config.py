@@ -12,6 +12,9 @@ from dataclasses import dataclass
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/device/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/device/attention's implementations
+# The projections a LoRA adapter may adapt, by PEFT's module names (engine/device/lora.py).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MAX_LORA_RANK = 256
 SCAN, UNROLLED = "scan", "unrolled"
 LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/layers.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
@@ -139,10 +142,19 @@ class EngineConfig:
     # rows keeps the batch's shape static; the scheduler splits prompt chunks to fit them.
     max_embedding_rows: int = 16
     seed: int = 0  # seeds the random seeds of unseeded requests
+    # Seconds a session stays live after its last request: its freed cached pages are evicted
+    # after every other free page until then (engine/host/sessions.py).
+    session_ttl: float = 600.0
     # False: compile the step with XLA's backend (LLVM) optimizations off. On a CPU that
     # saves about 45% of a step's compile CPU and slows its run (SmolLM2's decode twice
     # as slow): for tiny models that compile more than they run, as in the engine tests.
     optimize_compiled_code: bool = True
+    # LoRA adapters (engine/device/lora.py): device slots for this many adapters at once,
+    # each of rank up to max_lora_rank, on these projections (PEFT's module names). 0
+    # slots: no adapter, and a step compiled exactly as without LoRA.
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    lora_targets: tuple[str, ...] = LORA_TARGETS
 
     def __post_init__(self) -> None:
         if not self.token_buckets:
@@ -164,6 +176,10 @@ class EngineConfig:
             raise ValueError("max_num_seqs must not exceed max_num_batched_tokens")
         if self.max_pages_per_seq > self.num_pages - 1:
             raise ValueError("the KV cache must hold at least one sequence of max_model_len tokens")
+        if self.max_loras < 0 or not 1 <= self.max_lora_rank <= MAX_LORA_RANK:
+            raise ValueError(f"max_loras must not be negative, and max_lora_rank must lie in [1, {MAX_LORA_RANK}]")
+        if not self.lora_targets or set(self.lora_targets) - set(LORA_TARGETS):
+            raise ValueError(f"lora_targets must name some of {', '.join(LORA_TARGETS)}")
 
     @property
     def compiler_options(self) -> dict | None:

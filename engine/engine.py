@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.config import EngineConfig
+from engine.device.lora import check_fits
 from engine.device.runner import InFlight, ModelRunner, RowPlan
 from engine.device.sharding import make_mesh, param_shardings
 from engine.device.weights import resolve_dtype, resolve_quantization
 from engine.host import beam_step
+from engine.host.adapters import AdapterSlots
 from engine.host.beam_search import BeamSearch
 from engine.host.block_manager import BlockManager
 from engine.host.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
@@ -58,6 +60,24 @@ class EngineStats:
     # holding a prefix-cache entry, held or evictable: those are free to take, not leaked.
     num_pages_in_use: int = 0
     num_cached_pages: int = 0
+    # Service tiers (engine/host/tenancy.py): the priority tier's share of the counts above.
+    num_priority_running: int = 0
+    num_priority_waiting: int = 0
+    # The prefix cache's lookups since start, in tokens (of which found: hits), and those of
+    # sequences in a session; live sessions, and the free pages kept for them (engine/host/sessions.py).
+    num_prefix_queried_tokens: int = 0
+    num_prefix_hit_tokens: int = 0
+    num_session_queried_tokens: int = 0
+    num_session_hit_tokens: int = 0
+    num_live_sessions: int = 0
+    num_session_pages: int = 0
+    # LoRA (engine/host/adapters.py): the adapters of running and of waiting sequences, by
+    # name; the device's slots, and how often one was written (and, of those, over another).
+    running_adapters: tuple[str, ...] = ()
+    waiting_adapters: tuple[str, ...] = ()
+    max_loras: int = 0
+    num_adapter_loads: int = 0
+    num_adapter_evictions: int = 0
 
 
 class Engine:
@@ -71,8 +91,10 @@ class Engine:
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
         self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching,
-                                          window=checkpoint.config.shared_window(config.max_model_len))
-        self.scheduler = Scheduler(config, self.block_manager)
+                                          window=checkpoint.config.shared_window(config.max_model_len),
+                                          session_ttl=config.session_ttl)
+        self.adapters = AdapterSlots(config.max_loras)  # LoRA slots on the device (engine/host/adapters.py)
+        self.scheduler = Scheduler(config, self.block_manager, self.adapters)
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids or checkpoint.config.eos_token_ids)
         self.output = OutputStage(tokenizer, self.scheduler, self.eos_token_ids, config.max_model_len,
                                   on_fault=self._fail)
@@ -142,6 +164,10 @@ class Engine:
     def validate(self, request: Request) -> None:
         """Raise ValueError for a request this engine can never serve (safe from any thread)."""
         check_request(request, self.config.max_model_len, self.model_config, self.grammars)
+        if request.adapter is not None:
+            if not self.config.max_loras:
+                raise ValueError("this engine has no LoRA adapter slots (max_loras 0)")
+            check_fits(request.adapter, self.model_config, self.config)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now, freeing its KV pages; None if it is unknown or already done."""
@@ -173,10 +199,19 @@ class Engine:
         """Current counts. Safe enough to call from another thread while the engine steps:
         each figure is the length of a list, deque or dict (atomic under the GIL), so a
         reading may straddle a step, off by a request or page for one scrape, but never raises."""
-        blocks = self.block_manager
-        return EngineStats(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
+        blocks, scheduler = self.block_manager, self.scheduler
+        return EngineStats(num_running=scheduler.num_running, num_waiting=scheduler.num_waiting,
                            kv_cache_usage=blocks.usage, num_pages_in_use=blocks.num_pages - 1 - blocks.num_free_pages,
-                           num_cached_pages=blocks.num_cached_pages)
+                           num_cached_pages=blocks.num_cached_pages,
+                           num_priority_running=scheduler.num_priority_running,
+                           num_priority_waiting=scheduler.num_priority_waiting,
+                           num_prefix_queried_tokens=blocks.num_queried_tokens, num_prefix_hit_tokens=blocks.num_hit_tokens,
+                           num_session_queried_tokens=blocks.num_session_queried_tokens,
+                           num_session_hit_tokens=blocks.num_session_hit_tokens,
+                           num_live_sessions=blocks.sessions.num_live, num_session_pages=len(blocks.sessions),
+                           running_adapters=adapter_names(list(scheduler.running)),
+                           waiting_adapters=adapter_names(list(scheduler.waiting)), max_loras=self.config.max_loras,
+                           num_adapter_loads=self.adapters.num_loads, num_adapter_evictions=self.adapters.num_evictions)
 
     def step(self) -> list[RequestOutput]:
         """Run one batch (a window of decode steps when every row decodes, see
@@ -202,6 +237,8 @@ class Engine:
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty:
             return None
+        for slot, adapter in self.adapters.take_writes():  # slots the scheduler gave new adapters
+            self.runner.load_adapter(slot, adapter)
         verifications = plan_drafts(scheduled, self.speculation, self.config, self.block_manager)
         if verifications:
             plans = self.plan(scheduled)
@@ -288,6 +325,11 @@ class Engine:
             for output in self.step():
                 generated[output.request_id].extend(output.new_token_ids)
         return generated
+
+
+def adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
+    """The LoRA adapters `seqs` run with, by name, sorted (the base counts as none)."""
+    return tuple(sorted({seq.adapter.name for seq in seqs if seq.adapter is not None}))
 
 
 def tokenizer_for(checkpoint: Checkpoint) -> Tokenizer:

@@ -28,7 +28,8 @@ def row_plan(item: ScheduledSequence, masks: GrammarMasks,
              on_fault: Callable[[Sequence, BaseException], None]) -> RowPlan:
     """The row of one scheduled chunk; `on_fault(seq, error)` where its own inputs fail."""
     seq, start, count = item.seq, item.start, item.num_new_tokens
-    row = RowPlan(token_ids=seq.token_ids[start: start + count], start=start, block_table=seq.block_table)
+    row = RowPlan(token_ids=seq.token_ids[start: start + count], start=start, block_table=seq.block_table,
+                  adapter_slot=seq.adapter_slot)
     try:
         return dataclasses.replace(
             row, sampling=row_sampling(seq, masks) if item.needs_sample else None,

@@ -102,7 +102,8 @@ def draft_rows(verifications: list[Verification], plans: list[RowPlan]) -> list[
             assumed = own.token_ids + list(verification.draft[:offset])
             rows.append(RowPlan(token_ids=[token], start=verification.start + offset,
                                 block_table=verification.seq.block_table,
-                                sampling=dataclasses.replace(own, token_ids=assumed)))
+                                sampling=dataclasses.replace(own, token_ids=assumed),
+                                adapter_slot=verification.seq.adapter_slot))
     return rows
 
 

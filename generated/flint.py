@@ -1068,6 +1068,43 @@ class Model(BaseModel):
     ] = None
 
 
+class LoadLoraAdapterRequest(BaseModel):
+    """
+    An adapter to load, by name and directory.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    lora_name: Annotated[
+        str, Field(description="The name requests pass as `model`.", min_length=1)
+    ]
+    lora_path: Annotated[
+        str,
+        Field(
+            description="A directory on the server holding a PEFT LoRA adapter.",
+            min_length=1,
+        ),
+    ]
+    load_inplace: Annotated[
+        bool | None,
+        Field(
+            description="Replace an adapter already loaded under this name (otherwise that is a 400)."
+        ),
+    ] = False
+
+
+class UnloadLoraAdapterRequest(BaseModel):
+    """
+    An adapter to unload, by name.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    lora_name: Annotated[str, Field(min_length=1)]
+
+
 class TokenizeCompletionRequest(BaseModel):
     """
     Tokenize a plain prompt.

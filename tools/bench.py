@@ -16,6 +16,8 @@
                                        streams, through HTTP: what structured output costs
     python tools/bench.py speculative  an echo-heavy chat load with and without predicted
                                        outputs, and with --speculative ngram, through HTTP
+    python tools/bench.py lora         decode with 8 LoRA adapters in one batch against the
+                                       base alone, in the engine
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -148,6 +150,12 @@ def speculative_benchmark(args: argparse.Namespace) -> None:
     run_speculative_benchmark(args)
 
 
+def lora_benchmark(args: argparse.Namespace) -> None:
+    from bench_lora import run_lora_benchmark
+
+    run_lora_benchmark(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
@@ -198,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
 
     add_speculative_options(commands.add_parser("speculative", help="predicted outputs and n-gram drafts "
                                                                      "against plain decoding through HTTP"))
+    from bench_lora import add_options as add_lora_options
+
+    add_lora_options(commands.add_parser("lora", help="decode with 8 LoRA adapters in one batch against the base"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
      "serve": serve_benchmarks, "structured": structured_benchmark,
-     "speculative": speculative_benchmark}[args.command](args)
+     "speculative": speculative_benchmark, "lora": lora_benchmark}[args.command](args)
     return 0
 
 

@@ -7,7 +7,11 @@ Decisions beyond the spec (the values that ask for what this server does anyway 
 - `modalities`: `["text"]`; `prompt_cache_retention`: `in_memory` (the prefix cache); `24h`
   is refused;
 - tools (api/chat/tools.py) and response formats (api/core/structured.py) constrain the
-  answer by grammar; the service tier: the shared rule of api/core/refusals.py;
+  answer by grammar;
+- `service_tier` `priority` is the priority tier, every other value the default tier;
+  `prompt_cache_isolation_key` partitions the prefix cache; `prompt_cache_key` names the
+  session whose pages are kept (api/core/tenancy.py). The answer's `service_tier` is the
+  tier that served it;
 - reasoning: `reasoning_effort` in every Fireworks form, Fireworks' `thinking` (not both)
   and `reasoning_history` are read by api/core/reasoning.py, and an assistant message's
   `reasoning_content` reaches the template as the history mode says; the answer's thinking
@@ -79,6 +83,7 @@ RENDERED = Planned("plan.prompt_messages", CHAT + "test_every_role_renders_throu
 CALLER = Planned("plan.log_caller", CHAT + "test_caller_fields_are_logged")
 PREDICTION = Planned("api.core.prediction.prediction_token_ids",
                      "tests/api/test_prediction.py::test_a_chat_prediction_in_every_form_leaves_the_answer_unchanged")
+TENANCY = "tests/api/test_tenancy_http.py::"
 NO_OP_WHEN_FALSE = Refused("this extension is not served on chat completions; false changes nothing", bool)
 MESSAGE_FIELDS = {"role": RENDERED, "content": RENDERED, "name": RENDERED}
 
@@ -99,7 +104,8 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "metadata": CALLER,
     "user": CALLER,
     "safety_identifier": CALLER,
-    "prompt_cache_key": CALLER,
+    "prompt_cache_key": Planned("api.core.tenancy.openai_ask",
+                                TENANCY + "test_session_ids_keep_their_pages_and_move_the_metrics"),
     "store": Planned("store.stored_at_end", STORE + "test_stored_completion_is_retrieved_as_returned"),
     "modalities": refusals.refused_unless(f"{refusals.TEXT_ONLY}: it writes text only", ["text"]),
     "audio": f"{refusals.TEXT_ONLY}: it cannot speak",
@@ -113,7 +119,7 @@ REQUEST = ModelFields(CreateChatCompletionRequest, {
     "function_call": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
     "functions": Planned("tools.deprecated_tools", TOOLS + "test_deprecated_functions_answer_a_function_call"),
     "web_search_options": "this server cannot search the web",
-    "service_tier": refusals.DEFAULT_TIER_ONLY,
+    "service_tier": Planned("api.core.tenancy.openai_ask", TENANCY + "test_tiers_are_reported_in_every_dialect"),
     "prompt_cache_retention": refusals.refused_unless("cached prefixes live while their pages are free",
                                                       "in_memory"),
 })
@@ -131,7 +137,8 @@ FIREWORKS_REQUEST = ModelFields(fireworks.ChatCompletionRequest, like=CreateChat
     "thinking": Planned("api.core.reasoning.fireworks_thinking",
                         REASONING + "test_a_thinking_budget_forces_its_end_phrase_then_the_end_tag"),
     "speculation": PREDICTION,
-    "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
+    "prompt_cache_isolation_key": Planned("api.core.tenancy.openai_ask",
+                                          TENANCY + "test_isolation_keys_partition_the_prefix_cache"),
     "prompt_truncate_len": "chat prompts are never truncated: a prompt over the context window is refused",
     "echo_last": "echoing the prompt is not served on chat completions",
     **{name: NO_OP_WHEN_FALSE for name in ("echo", "return_token_ids", "raw_output",

@@ -23,7 +23,7 @@ from api.chat.store import save_completion, stored_at_end
 from api.chat.tool_calls import ToolDeltas, answer_message
 from api.core.errors import generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
-from api.core.openai import SERVED_TIER, choice_logprobs, obfuscation_padding
+from api.core.openai import choice_logprobs, obfuscation_padding
 from api.core.usage import Usage
 from engine.text.tokenizer import Tokenizer
 from generated.openai_chat_completions import (
@@ -45,11 +45,13 @@ class ChatIdentity:
 
     id: str
     model: str
+    service_tier: str = "default"  # the tier that served it (api/core/tenancy.py)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @classmethod
     def of(cls, generation: Generation) -> ChatIdentity:
-        return cls(id=f"chatcmpl-{generation.request_id}", model=generation.server.model.id)
+        return cls(id=f"chatcmpl-{generation.request_id}", model=generation.model_id,
+                   service_tier=generation.tenancy.tier)
 
 
 def usage_of(usage: Usage) -> CompletionUsage:
@@ -76,7 +78,8 @@ def chat_completion(identity: ChatIdentity, plan: ChatPlan, tokenizer: Tokenizer
                     usage: Usage) -> ChatCompletion:
     choices = [answer_choice(plan, tokenizer, result) for result in results]
     return ChatCompletion(id=identity.id, object="chat.completion", created=identity.created,
-                          model=identity.model, choices=choices, usage=usage_of(usage), service_tier=SERVED_TIER)
+                          model=identity.model, choices=choices, usage=usage_of(usage),
+                          service_tier=identity.service_tier)
 
 
 def answer_choice(plan: ChatPlan, tokenizer: Tokenizer, result: ChoiceResult) -> ChatCompletionChoice:
@@ -174,7 +177,7 @@ class ChunkWriter:
               ) -> ChatCompletionChunk:
         chunk = ChatCompletionChunk(id=self.identity.id, object="chat.completion.chunk",
                                     created=self.identity.created, model=self.identity.model,
-                                    choices=choices, service_tier=SERVED_TIER)
+                                    choices=choices, service_tier=self.identity.service_tier)
         if self.plan.include_usage:
             chunk.usage = usage  # null in every chunk but the last, as the spec says
         if self.plan.include_obfuscation:

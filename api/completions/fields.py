@@ -17,6 +17,10 @@ STREAM = "tests/api/test_completions_stream.py::"
 LOGPROBS = "tests/api/test_completions_logprobs.py::"
 SAMPLING = "tests/api/test_completions_sampling.py::"
 PIPELINE = "api.core.pipeline.generate"  # the model check and the choice of a stream
+TENANCY = "tests/api/test_tenancy_http.py::"
+TIER = Planned("api.core.tenancy.openai_ask", TENANCY + "test_a_priority_request_is_served_ahead_of_a_saturated_default_tier")
+ISOLATION = Planned("api.core.tenancy.openai_ask", TENANCY + "test_isolation_keys_partition_the_prefix_cache")
+SESSION = Planned("api.core.tenancy.openai_ask", TENANCY + "test_session_ids_keep_their_pages_and_move_the_metrics")
 
 PROMPT = Planned("plan.prompt_token_ids", BASIC + "test_every_prompt_form_is_one_prompt_each")
 MAX_TOKENS = Planned("plan.max_tokens_for", BASIC + "test_max_tokens_bounds_the_output")
@@ -52,7 +56,7 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     **COMMON,
     "prompt": PROMPT,
     "user": TRACING,
-    "prompt_cache_key": TRACING,
+    "prompt_cache_key": SESSION,
     "metadata": TRACING,
     "raw_output": Planned("render.raw_output", BASIC + "test_raw_output_shows_what_the_model_saw"),
     "perf_metrics_in_response": Planned("render.perf_metrics", BASIC + "test_perf_metrics_in_headers_and_body"),
@@ -66,7 +70,7 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     "return_token_ids": Planned("render.choice_fields", BASIC + "test_return_token_ids"),
     **{name: Sampled() for name in ("typical_p", "mirostat_target", "mirostat_lr")},
     "ignore_eos": Stopping(),
-    "prompt_cache_isolation_key": refusals.CACHE_PARTITIONS,
+    "prompt_cache_isolation_key": ISOLATION,
     "response_format": FORMAT,
     "speculation": PREDICTION,
     "prediction": PREDICTION,
@@ -74,7 +78,7 @@ FIREWORKS = ModelFields(fireworks.CompletionRequest, {
     "reasoning_history": Planned("reasoning.completion_reasoning", REASONING + "test_history_controls_are_for_chat"),
     "thinking": REASONING_CONTROL,
     "images": f"{refusals.TEXT_ONLY}: it cannot take images",
-    "service_tier": refusals.DEFAULT_TIER_ONLY,
+    "service_tier": TIER,
 })
 
 FRIENDLI_FIELDS = {

@@ -50,7 +50,7 @@ class CompletionContext:
 
     @property
     def model_id(self) -> str:
-        return self.generation.server.model.id
+        return self.generation.model_id
 
     def writer(self) -> LogprobsWriter:
         return LogprobsWriter(self.tokenizer, self.plan.content_logprobs, self.plan.logprobs or 0, self.model_config)

@@ -4,6 +4,11 @@
 The API counts the engine requests (choices: prompts x n) it has admitted and not yet seen
 end, on the event loop, so a burst is counted at once: a check and its increment have no
 await between them. The engine runs `max_num_seqs` of them at a time and queues the rest.
+
+The priority service tier (api/core/tenancy.py) is counted on its own: a priority request is
+refused only when priority requests alone fill `max_num_seqs + max_waiting`, so default-tier
+requests filling the queue never turn one away (the queue may then hold up to twice
+`max_waiting`). A default-tier request counts every admitted request, of either tier.
 """
 
 from __future__ import annotations
@@ -35,21 +40,26 @@ def require_serving(connection: ASGIConnection, _: BaseRouteHandler) -> None:
                        code=phase)
 
 
-def admit(server: ServerState, num_choices: int) -> None:
+def admit(server: ServerState, num_choices: int, priority: bool = False) -> None:
     """Count `num_choices` engine requests in, or refuse with 429 and Retry-After when they
-    would queue past `max_waiting` behind the running batch. A request is always admitted
-    into an idle server, however many choices it has (at most MAX_CHOICES)."""
+    would queue past `max_waiting` behind the running batch (a priority request: behind the
+    priority tier's). A request is always admitted into an idle server, however many
+    choices it has (at most MAX_CHOICES)."""
     limits = server.settings
     capacity = limits.engine.max_num_seqs + limits.max_waiting
-    admitted = server.num_admitted_choices
+    admitted = server.num_admitted_priority if priority else server.num_admitted_choices
     if admitted and admitted + num_choices > capacity:
         waiting = max(0, admitted - limits.engine.max_num_seqs)
         raise ApiError(429, f"The server is at capacity: {waiting} requests are waiting "
                        f"(limit {limits.max_waiting}). Retry after a moment.", error_type="requests",
                        code="rate_limit_exceeded", headers={"Retry-After": str(RETRY_AFTER_FULL)})
     server.num_admitted_choices += num_choices
+    if priority:
+        server.num_admitted_priority += num_choices
 
 
-def release(server: ServerState, num_choices: int) -> None:
+def release(server: ServerState, num_choices: int, priority: bool = False) -> None:
     """Count ended engine requests out."""
     server.num_admitted_choices -= num_choices
+    if priority:
+        server.num_admitted_priority -= num_choices

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from api.core.admission import release
 from api.core.errors import ApiError, engine_failed, generation_cut_off
 from api.core.state import ServerState
+from api.core.tenancy import Tenancy
 from api.core.usage import ChoiceTiming, Timing, Usage
 from engine.async_engine import EngineDeadError, RequestFailedError
 from engine.host.request import (
@@ -40,6 +41,7 @@ from engine.host.request import (
     StopCriteria,
     TokenLogprob,
 )
+from engine.loader.lora import LoraAdapter
 from engine.text.reasoning import Reasoning
 
 log = logging.getLogger("flint")
@@ -91,9 +93,12 @@ class Generation:
     """The admitted choices of one HTTP request on the server's engine."""
 
     def __init__(self, server: ServerState, choices: list[ChoiceRequest], *,
-                 request_id: str | None = None, timeout: float | None = None) -> None:
+                 request_id: str | None = None, timeout: float | None = None,
+                 adapter: LoraAdapter | None = None, tenancy: Tenancy = Tenancy()) -> None:
         self.server = server
         self.choices = choices
+        self.tenancy = tenancy  # its tier, prefix-cache isolation and session (api/core/tenancy.py)
+        self.adapter = adapter  # the LoRA adapter `model` named; None: the base model
         self.request_id = request_id or uuid.uuid4().hex
         self.timeout = timeout  # seconds the request may wait for its first output
         self.usage = Usage()
@@ -102,9 +107,14 @@ class Generation:
         self._queue: asyncio.Queue | None = None  # while the events are read
         self._broken_off: ApiError | None = None  # what the events raise next (`break_off`)
 
+    @property
+    def model_id(self) -> str:
+        """The model the answer names: the adapter's name, or the served model's id."""
+        return self.adapter.name if self.adapter is not None else self.server.model.id
+
     def release(self) -> None:
         """Give back the admission of the choices that have not ended (idempotent)."""
-        release(self.server, self._unreleased)
+        release(self.server, self._unreleased, self.tenancy.priority)
         self._unreleased = 0
 
     def break_off(self, error: ApiError) -> None:
@@ -168,7 +178,9 @@ class Generation:
     def engine_request(self, choice: ChoiceRequest) -> Request:
         return Request(f"{self.request_id}-{choice.index}", choice.prompt_token_ids, choice.sampling, choice.stop,
                        choice.grammar, prediction=choice.prediction, embeddings=choice.embeddings,
-                       routing_replay=choice.routing_replay, reasoning=choice.reasoning, beam=choice.beam)
+                       routing_replay=choice.routing_replay, reasoning=choice.reasoning, beam=choice.beam,
+                       adapter=self.adapter, priority=self.tenancy.priority,
+                       cache_isolation=self.tenancy.cache_isolation, session=self.tenancy.session)
 
     async def _run_choice(self, choice: ChoiceRequest, queue: asyncio.Queue) -> None:
         """Feed one choice's events into `queue`; leaving early aborts the engine request."""
@@ -198,7 +210,7 @@ class Generation:
     def _release_one(self) -> None:
         if self._unreleased:
             self._unreleased -= 1
-            release(self.server, 1)
+            release(self.server, 1, self.tenancy.priority)
 
     def _finish_choice(self, choice: ChoiceRequest, timing: ChoiceTiming) -> None:
         """Count the choice out of admission and into the metrics."""
@@ -210,6 +222,7 @@ class Generation:
             time_to_first_token=timing.time_to_first_token(self.timing.started),
             time_per_output_token=timing.time_per_output_token(),
             e2e_latency=time.monotonic() - self.timing.started,
+            tier=self.tenancy.tier,
         )
 
 

@@ -1,5 +1,5 @@
 """OpenAI shapes that chat completions and the Responses API both write: token logprobs with
-their bytes, the service tier, and the obfuscation padding of streamed events."""
+their bytes, and the obfuscation padding of streamed events."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from generated.openai_chat_completions import (
     ChatCompletionTopLogprob,
 )
 
-# The tier every request is served with: this server has one.
-SERVED_TIER = "default"
 # Obfuscation padding lengths: enough spread that an event's size says little about its text.
 OBFUSCATION_CHARS = (1, 24)
 

@@ -3,7 +3,10 @@
 Each dialect (api/completions, api/chat, api/responses, api/messages) describes itself with
 a `Dialect`: how its body is parsed (schema and registry refusals), how a body becomes a
 plan (the engine requests of its choices, and what the answer needs besides their output),
-and how the answer is written, whole or as a stream of events. `generate` runs them in that
+and how the answer is written, whole or as a stream of events. Before planning, the
+request's tenancy (api/core/tenancy.py: its service tier, prefix-cache isolation and
+session) is read from the body, the headers and the API key; admission counts it by tier,
+and every engine request of the generation carries it. `generate` runs them in that
 fixed order, so admission always counts planned choices and every route answers a client
 that went away the same way: its generation is aborted within one engine step, whether it
 streams or not.
@@ -24,7 +27,9 @@ from api.core.generation import ChoiceRequest, ChoiceResult, Generation, collect
 from api.core.registry import Registry
 from api.core.sse import prefetched, sse_response
 from api.core.state import ServerState
+from api.core.tenancy import Ask, openai_ask, tenancy_of
 from api.core.validation import read_json_body
+from api.server.auth import presented_key
 from api.server.request_id import engine_request_id
 
 
@@ -53,16 +58,20 @@ class Dialect:
     error_event: Callable[[ApiError], Any] | None = None
     named_events: bool = False  # SSE events carry an `event:` line (Responses, Messages)
     done_marker: bool = True  # an unnamed stream ends with `data: [DONE]` (not Friendli's serverless one)
+    # What the body asks of tenancy: tier, isolation key, session (api/core/tenancy.py).
+    ask: Callable[[Any], Ask] = openai_ask
 
 
 async def generate(dialect: Dialect, request: Request, server: ServerState) -> Response:
     """Serve one generation request of `dialect`."""
     body = await asyncio.to_thread(parse, dialect, await read_json_body(request))
-    server.require_model(body.model)
+    adapter = server.require_model(body.model)
+    tenancy = tenancy_of(dialect.ask(body), server.settings, presented_key(request), request.headers)
     plan = await dialect.plan(body, server)
-    admit(server, len(plan.choices))
+    admit(server, len(plan.choices), tenancy.priority)
     # Named by the request's X-Request-Id where Flint made it (a client's own may not be unique).
-    generation = Generation(server, plan.choices, request_id=engine_request_id(request), timeout=plan.timeout)
+    generation = Generation(server, plan.choices, request_id=engine_request_id(request), timeout=plan.timeout,
+                            adapter=adapter, tenancy=tenancy)
     try:
         if plan.stream:
             events = await until_disconnected(request, prefetched(dialect.stream(plan, generation)))

@@ -1,8 +1,8 @@
 """The refusals every dialect shares: one rule and one wording per unserved feature.
 
-A value that asks for nothing this server would do differently (the default service tier,
-say) is accepted by every dialect that has the field; any other value is refused, with the
-same reason wherever the feature is asked for. Reasoning is served by every dialect
+A value that asks for nothing this server would do differently (no reasoning, say) is
+accepted by every dialect that has the field; any other value is refused, with the same
+reason wherever the feature is asked for. Reasoning is served by every dialect
 (api/core/reasoning.py), which refuses it with NOT_REASONING for a model that does not reason.
 """
 
@@ -14,8 +14,6 @@ from api.core.registry import Refused
 
 NOT_REASONING = "the served model does not reason"
 TEXT_ONLY = "the served model is text-only"
-CACHE_PARTITIONS = "the prefix cache is shared by all requests and cannot be partitioned by key"
-SERVICE_TIERS = ("auto", "default")  # the one tier this server has, and the word for "any"
 
 
 def kind(value: Any) -> Any:
@@ -47,6 +45,3 @@ def refused_if_any(reason: str) -> Refused:
     """Refused when non-empty: an empty list or object asks for nothing."""
     return Refused(reason, lambda value: bool(plain(value)))
 
-
-# The shared fields, decided once.
-DEFAULT_TIER_ONLY = refused_unless("only the default service tier is served", *SERVICE_TIERS)

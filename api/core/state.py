@@ -16,7 +16,9 @@ from engine.loader.source import ModelSource
 from engine.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from api.adapters.registry import AdapterRegistry
     from api.core.generation import Generation
+    from engine.loader.lora import LoraAdapter
 
 # "failed": the engine could not load, or its thread stopped on an error; `flint serve`
 # exits (status 1), /health says so meanwhile.
@@ -40,8 +42,10 @@ class ServerState:
     # Stored chat completions and responses, where the settings say; opened at startup
     # (api/server/lifecycle.py), before the engine loads.
     store: Store = field(init=False)
-    # Engine requests admitted by the API and not yet ended (api/core/admission.py).
+    # Engine requests admitted by the API and not yet ended (api/core/admission.py), and of
+    # those, the priority tier's.
     num_admitted_choices: int = 0
+    num_admitted_priority: int = 0
     # The most bytes any one token stands for (set when the engine loads): text longer than
     # max_model_len times this cannot fit, whatever it tokenizes to.
     max_token_bytes: int = 0
@@ -49,6 +53,8 @@ class ServerState:
     # it has, every generation ends at once with an error (see `cut_off_generations`).
     open_generations: set[Generation] = field(default_factory=set)
     generations_cut_off: bool = False
+    # The LoRA adapters served by name (api/adapters/registry.py); set once the engine has loaded.
+    adapters: AdapterRegistry | None = None
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(model_name=self.model.id)
@@ -65,7 +71,10 @@ class ServerState:
         if self.engine is None:
             return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
         stats = self.engine.engine.stats()
-        return replace(stats, num_waiting=max(stats.num_waiting, self.engine.num_in_flight - stats.num_running))
+        # The priority tier's share likewise, from its admitted requests (api/core/admission.py).
+        priority_waiting = max(stats.num_priority_waiting, self.num_admitted_priority - stats.num_priority_running)
+        return replace(stats, num_waiting=max(stats.num_waiting, self.engine.num_in_flight - stats.num_running),
+                       num_priority_waiting=priority_waiting)
 
     def cut_off_generations(self) -> int:
         """End every open generation, and any that starts later, with a 503 error (shutdown ran
@@ -78,11 +87,22 @@ class ServerState:
             generation.break_off(generation_cut_off())
         return len(open_now)
 
-    def require_model(self, model: str | None) -> None:
+    def require_model(self, model: str | None) -> LoraAdapter | None:
         """A request's `model` may be left out where its spec allows; given, it must name
-        the served model (else 404 in the OpenAI shape)."""
-        if model is not None and model != self.model.id:
+        the served model, or a loaded adapter, which is returned (else 404 in the OpenAI shape)."""
+        if model is None or model == self.model.id:
+            return None
+        adapter = self.adapters.get(model) if self.adapters is not None else None
+        if adapter is None:
             raise model_not_found(model)
+        return adapter
+
+    @property
+    def adapter_registry(self) -> AdapterRegistry:
+        """The adapters; only called by handlers that run once the server is serving."""
+        if self.adapters is None:
+            raise RuntimeError("the engine is not running")
+        return self.adapters
 
     @property
     def tokenizer(self) -> Tokenizer:

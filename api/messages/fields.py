@@ -3,8 +3,9 @@
 cache_control and output_config. A token count's fields are decided as a message's are.
 
 Decisions beyond the spec (values that ask for what this server does anyway pass):
-- `service_tier`: `auto` and `standard_only` are both honoured, there being one tier
-  (reported as `standard` in usage); `speed`: `standard` only, there being one speed;
+- `service_tier`: `auto` serves with the priority tier when the API key is granted it
+  (`--priority-api-key`), `standard_only` never (api/core/tenancy.py); usage reports the
+  tier that served it, `priority` or `standard`; `speed`: `standard` only, there being one speed;
   `inference_geo`: `global` only (any region), the server running where it is deployed;
 - client tools and `tool_choice` (api/messages/tools.py): calls are constrained by grammar
   and read back as tool_use blocks (api/messages/tool_calls.py); `strict` tools keep to
@@ -111,7 +112,8 @@ REQUEST = ModelFields(CreateMessageRequest, {
     "metadata": LOGGED,
     "stream": Planned("api.core.pipeline.generate",
                       STREAM + "test_stream_events_come_in_anthropics_order_and_match_the_message"),
-    "service_tier": refusals.refused_unless("only the default service tier is served", "auto", "standard_only"),
+    "service_tier": Planned("api.core.tenancy.anthropic_ask",
+                            "tests/api/test_tenancy_http.py::test_anthropic_auto_uses_the_key_s_tier"),
     "tools": Planned("tools.messages_tools", TOOLS + "test_any_calls_validate_against_their_schemas"),
     "tool_choice": Planned(CHOICE, TOOLS + "test_a_named_tool_choice_calls_that_tool"),
     "thinking": THINKING,

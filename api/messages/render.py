@@ -44,7 +44,7 @@ from generated.flint import (
     StopReason,
 )
 
-SERVED_TIER = "standard"  # the one tier this server has
+STANDARD = "standard"  # Anthropic's word for the default tier (api/core/tenancy.py); "priority" is its own
 BROKEN_OFF = "generation failed mid-way; the reply is incomplete"
 # Engine finish reasons to Anthropic's (a stop string is reported apart: stop_sequence).
 STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
@@ -54,10 +54,12 @@ STOP_REASONS = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}
 class MessageIdentity:
     id: str  # msg_...
     model: str
+    service_tier: str = STANDARD  # the tier that served it, in Anthropic's words
 
     @classmethod
     def of(cls, generation: Generation) -> MessageIdentity:
-        return cls(id=f"msg_{generation.request_id}", model=generation.server.model.id)
+        return cls(id=f"msg_{generation.request_id}", model=generation.model_id,
+                   service_tier="priority" if generation.tenancy.priority else STANDARD)
 
 
 def stop_reason(finish_reason: str | None, stop: str | None, called: bool = False) -> StopReason | None:
@@ -69,10 +71,10 @@ def stop_reason(finish_reason: str | None, stop: str | None, called: bool = Fals
     return STOP_REASONS.get(finish_reason)
 
 
-def message_usage(usage: Usage) -> MessageUsage:
+def message_usage(usage: Usage, service_tier: str = STANDARD) -> MessageUsage:
     return MessageUsage(input_tokens=usage.num_prompt_tokens - usage.num_cached_tokens,
                         output_tokens=usage.num_completion_tokens, cache_creation_input_tokens=0,
-                        cache_read_input_tokens=usage.num_cached_tokens, service_tier=SERVED_TIER)
+                        cache_read_input_tokens=usage.num_cached_tokens, service_tier=service_tier)
 
 
 def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage, plan: MessagesPlan | None = None
@@ -85,7 +87,7 @@ def message(identity: MessageIdentity, result: ChoiceResult, usage: Usage, plan:
         blocks = [thinking_block(plan.signing_key, result.reasoning_text), *blocks]
     return Message(id=identity.id, type="message", role="assistant", model=identity.model, content=blocks,
                    stop_reason=stop_reason(result.finish_reason, result.stop_string, called),
-                   stop_sequence=result.stop_string, usage=message_usage(usage))
+                   stop_sequence=result.stop_string, usage=message_usage(usage, identity.service_tier))
 
 
 def error_event(error: ApiError) -> ErrorEvent:
@@ -126,7 +128,7 @@ async def stream(plan: MessagesPlan, generation: Generation) -> AsyncIterator[py
 def message_start(identity: MessageIdentity, usage: Usage) -> MessageStartEvent:
     started = Message(id=identity.id, type="message", role="assistant", model=identity.model, content=[],
                       stop_reason=None, stop_sequence=None,
-                      usage=message_usage(usage).model_copy(update={"output_tokens": 0}))
+                      usage=message_usage(usage, identity.service_tier).model_copy(update={"output_tokens": 0}))
     return MessageStartEvent(type="message_start", message=started)
 
 

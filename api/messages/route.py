@@ -7,11 +7,13 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 
 from api.core.pipeline import Dialect, generate
+from api.core.tenancy import anthropic_ask
 from api.messages import body, count, fields, plan, render
 from api.messages.errors import ANTHROPIC_ERRORS
 
 MESSAGES = Dialect(parse=body.parse, models=body.MODELS, registry=fields.REGISTRY, plan=plan.plan_messages,
-                   whole=render.whole, stream=render.stream, error_event=render.error_event, named_events=True)
+                   whole=render.whole, stream=render.stream, error_event=render.error_event, named_events=True,
+                   ask=anthropic_ask)
 # The path prefix whose every error, routed or not, takes Anthropic's shape (api/server/app.py).
 PATH = "/messages"
 

@@ -12,7 +12,9 @@ Decisions beyond the spec (values that ask for what this server does anyway pass
   server never makes one); `item_reference` input items are refused;
 - `reasoning.effort` sets the thinking budget of a model that reasons (api/core/reasoning.py;
   a model that does not reason refuses every effort but `none`); summaries are not made, so
-  `reasoning.summary` is refused; the service tier: the shared rule of api/core/refusals.py;
+  `reasoning.summary` is refused; `service_tier` `priority` is the priority tier, every
+  other value the default tier, and the response reports the tier that served it;
+  `prompt_cache_key` names the session whose pages are kept (api/core/tenancy.py), and is echoed;
   `truncation`: `disabled` (a prompt too long for the context is a 400); `background`:
   false; `text.verbosity`: `medium`;
 - `include`: only `message.output_text.logprobs`, with `top_logprobs` alternatives;
@@ -99,7 +101,8 @@ REQUEST = ModelFields(CreateResponseRequest, {
     "stream_options": Planned("plan.plan_response", STREAM + "test_obfuscation_pads_deltas_unless_turned_off"),
     "user": ECHOED,
     "safety_identifier": ECHOED,
-    "prompt_cache_key": ECHOED,
+    "prompt_cache_key": Planned("api.core.tenancy.openai_ask",
+                                "tests/api/test_tenancy_http.py::test_session_ids_keep_their_pages_and_move_the_metrics"),
     "text": ECHOED,
     "reasoning": ECHOED,
     "include": Refused(f"only {LOGPROBS_INCLUDE!r} can be included here", unless_logprobs_include),
@@ -110,7 +113,8 @@ REQUEST = ModelFields(CreateResponseRequest, {
     "background": Refused("background responses are not supported", lambda value: value is True),
     "truncation": refusals.refused_unless("a conversation is never truncated: one that does not fit is refused",
                                           "disabled"),
-    "service_tier": refusals.DEFAULT_TIER_ONLY,
+    "service_tier": Planned("api.core.tenancy.openai_ask",
+                            "tests/api/test_tenancy_http.py::test_tiers_are_reported_in_every_dialect"),
 })
 
 REGISTRY = Registry([

@@ -38,7 +38,7 @@ from litestar import Response
 
 from api.core.errors import ApiError, generation_cut_off
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation
-from api.core.openai import SERVED_TIER, choice_logprobs, obfuscation_padding
+from api.core.openai import choice_logprobs, obfuscation_padding
 from api.core.state import ServerState
 from api.core.usage import Usage
 from api.responses.input import new_id
@@ -64,10 +64,11 @@ class ResponseIdentity:
     message_id: str = field(default_factory=lambda: new_id("msg"))
     reasoning_id: str = field(default_factory=lambda: new_id("rs"))
     created_at: int = field(default_factory=lambda: int(time.time()))
+    service_tier: str = "default"  # the tier that served it (api/core/tenancy.py)
 
     @classmethod
     def of(cls, generation: Generation) -> ResponseIdentity:
-        return cls(model=generation.server.model.id, id=f"resp_{generation.request_id}")
+        return cls(model=generation.model_id, id=f"resp_{generation.request_id}", service_tier=generation.tenancy.tier)
 
 
 def status_of(finish_reason: str | None) -> str:
@@ -82,6 +83,7 @@ def response_object(identity: ResponseIdentity, plan: ResponsePlan, status: str,
         "error": error,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "model": identity.model, "output": output, "usage": usage, **settings_of(plan),
+        "service_tier": identity.service_tier,
     }
     ResponseObject.model_validate(response)  # the spec's shape, checked where it is made
     return response
@@ -94,7 +96,7 @@ def settings_of(plan: ResponsePlan) -> Json:
         "instructions": request.instructions, "previous_response_id": request.previous_response_id,
         "temperature": sampling.temperature, "top_p": sampling.top_p, "top_logprobs": request.top_logprobs,
         "max_output_tokens": request.max_output_tokens, "metadata": plan.body.get("metadata") or {},
-        "store": request.store is not False, "background": False, "service_tier": SERVED_TIER,
+        "store": request.store is not False, "background": False,
         "text": {"format": text_format(request), "verbosity": "medium"},
         "reasoning": {"effort": (plan.body.get("reasoning") or {}).get("effort"), "summary": None},
         "tool_choice": plan.body.get("tool_choice") or "auto",

@@ -1,6 +1,9 @@
-"""GET /v1/models and /v1/models/{model}: the model this server serves."""
+"""GET /v1/models and /v1/models/{model}: the model this server serves, and each LoRA
+adapter loaded on it, whose `parent` is the served model (vLLM's shape)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from litestar import get
 from litestar.datastructures import State
@@ -8,6 +11,7 @@ from litestar.params import FromPath
 
 from api.core.errors import model_not_found
 from api.core.state import ServerState
+from engine.loader.lora import LoraAdapter
 from generated.flint import Model, ModelList
 
 
@@ -23,14 +27,24 @@ def describe(server: ServerState) -> Model:
     )
 
 
+def describe_adapter(server: ServerState, adapter: LoraAdapter) -> Model:
+    return Model(id=adapter.name, object="model", created=server.started_at, owned_by="flint",
+                 root=Path(adapter.path).name, parent=server.model.id, max_model_len=server.max_model_len)
+
+
+def served_models(server: ServerState) -> list[Model]:
+    adapters = list(server.adapters.adapters.values()) if server.adapters is not None else []
+    return [describe(server), *(describe_adapter(server, adapter) for adapter in adapters)]
+
+
 @get("/models", sync_to_thread=False)
 def list_models(state: State) -> ModelList:
-    return ModelList(object="list", data=[describe(state.server)])
+    return ModelList(object="list", data=served_models(state.server))
 
 
 @get("/models/{model_id:str}", sync_to_thread=False)
 def retrieve_model(state: State, model_id: FromPath[str]) -> Model:
-    model = describe(state.server)
-    if model_id != model.id:
+    model = next((model for model in served_models(state.server) if model.id == model_id), None)
+    if model is None:
         raise model_not_found(model_id)
     return model

@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Litestar, Router
 from litestar.datastructures import State
 
+from api.adapters import route as adapters
 from api.chat import route as chat
 from api.completions import route as completions
 from api.core.admission import require_serving
@@ -27,7 +28,7 @@ from engine.loader.source import resolve_model
 # base URL, so clients configured for Fireworks work unchanged.
 API_PREFIXES = ("/v1", "/inference/v1")
 API_HANDLERS = [models.list_models, models.retrieve_model, *tokens.HANDLERS, *completions.HANDLERS,
-                *chat.HANDLERS, *responses.HANDLERS, *messages.HANDLERS]
+                *chat.HANDLERS, *responses.HANDLERS, *messages.HANDLERS, *adapters.HANDLERS]
 # Generated request models whose routes this server does not have yet, and why; once a
 # route serves one, its entry goes and its fields get a table (tests/api/test_field_registry.py).
 NOT_SERVED: dict[type, str] = {}
@@ -36,7 +37,8 @@ NOT_SERVED: dict[type, str] = {}
 ERROR_SHAPES = {prefix + messages.PATH: ANTHROPIC_ERRORS for prefix in API_PREFIXES}
 # Every route's field registry, for the checks that walk them all.
 REGISTRY = Registry.combined([completions.COMPLETIONS.registry, chat.CHAT.registry, responses.RESPONSES.registry,
-                              messages.MESSAGES.registry, tokens.REGISTRY, Registry(not_served=NOT_SERVED)])
+                              messages.MESSAGES.registry, tokens.REGISTRY, adapters.REGISTRY,
+                              Registry(not_served=NOT_SERVED)])
 
 
 def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) -> Litestar:
@@ -49,7 +51,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     server = ServerState(model=model, settings=settings)
     lifecycle = EngineLifecycle(server, settings, engine_factory)
     # /health and /metrics stay outside the routers: open, and answering while starting.
-    guards = [api_key_guard(settings.api_key)] if settings.api_key else []
+    guards = [api_key_guard(settings.valid_api_keys)] if settings.valid_api_keys else []
     guards.append(require_serving)
     routers = [Router(prefix, route_handlers=API_HANDLERS, guards=guards) for prefix in API_PREFIXES]
     # The tokenizer routes also at the root, where vLLM serves them (lm-eval's remote tokenizer).

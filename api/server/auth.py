@@ -1,4 +1,8 @@
-"""API keys: with `--api-key` (or FLINT_API_KEY) set, every /v1 request must present it.
+"""API keys: with `--api-key` (or FLINT_API_KEY) set, every /v1 request must present one.
+
+`--api-key` may be given several times, and FLINT_API_KEY may hold several keys separated
+by commas; a `--priority-api-key` is a valid key too, granted the priority service tier
+(api/core/tenancy.py).
 
 Clients send it the way their SDK does: `Authorization: Bearer <key>` (OpenAI) or
 `x-api-key: <key>` (Anthropic). /health and /metrics stay open: load balancers and
@@ -6,13 +10,14 @@ Prometheus scrape them without credentials, and they reveal no prompts or output
 
 from __future__ import annotations
 
-import hmac
+from collections.abc import Iterable
 
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
 from api.core.errors import ApiError
+from api.core.tenancy import any_equal
 
 
 def presented_key(connection: ASGIConnection) -> str | None:
@@ -24,18 +29,17 @@ def presented_key(connection: ASGIConnection) -> str | None:
     return connection.headers.get("x-api-key") or None
 
 
-def api_key_guard(api_key: str) -> Guard:
-    """A Litestar guard answering 401 unless the request carries `api_key`."""
-    expected = api_key.encode()
+def api_key_guard(api_keys: Iterable[str]) -> Guard:
+    """A Litestar guard answering 401 unless the request carries one of `api_keys`."""
+    expected = tuple(api_keys)
 
     def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         given = presented_key(connection)
         if given is None:
             raise unauthorized("You didn't provide an API key. Send it as `Authorization: Bearer <key>` "
                                "or in an `x-api-key` header.", code=None)
-        # compare_digest takes the same time wherever the first difference is, so response
-        # times leak nothing of the key.
-        if not hmac.compare_digest(given.encode(), expected):
+        # Compared in constant time with every key, so response times leak nothing of the keys.
+        if not any_equal(given, expected):
             raise unauthorized("Incorrect API key provided.", code="invalid_api_key")
 
     return require_api_key

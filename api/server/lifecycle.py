@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from api.adapters.registry import AdapterRegistry
+from api.core.errors import ApiError
 from api.core.state import ServerState
 from api.server.engine_health import BackgroundCompile, EngineHealth, engine_health
 from api.server.multihost import LeaderLink
@@ -84,6 +86,18 @@ def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> bool:
     log.warning("program %s %s while serving (%.2f s)", name,
                 "loaded from the compilation cache" if from_cache else "compiled", seconds)
     return True
+
+
+def startup_adapters(base_id: str, engine: Engine, modules: tuple[tuple[str, str], ...]) -> AdapterRegistry:
+    """The adapter registry with the adapters `--lora` named, loaded; a bad one stops start-up."""
+    registry = AdapterRegistry(engine.model_config, engine.config, base_id)
+    for name, path in modules:
+        try:
+            registry.load(name, path)
+        except ApiError as error:
+            raise ValueError(f"--lora {name}={path}: {error.message}") from None
+        log.info("LoRA adapter %s loaded from %s", name, path)
+    return registry
 
 
 def return_freed_memory() -> None:
@@ -178,6 +192,7 @@ class EngineLifecycle:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""
         engine = self.factory(settings)
         self.server.max_token_bytes = longest_token_bytes(engine.tokenizer)
+        self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
         return_freed_memory()
         loop = self._loop
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))

@@ -7,14 +7,20 @@ autoscalers read (the Gateway API Inference Extension, KEDA, ...) are also expos
 vLLM names, with vLLM's `model_name` and `engine` labels: re-emitted from the same metrics at
 scrape time, so both names always agree and each observation is recorded once. The registry
 also has the process collector (`process_resident_memory_bytes`, ...), which only the default
-registry has on its own."""
+registry has on its own.
+
+Many tenants (api/core/tenancy.py): the queue depth and the latencies again per service
+tier (`flint:tier_*`, labelled `tier` "priority" or "default": families of their own, so the
+vLLM-named ones keep their series); the prefix cache's lookups and hits in tokens, all and those of sessions, with
+the sessions live and the free pages kept for them (engine/host/sessions.py)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from api.server.engine_health import EngineHealth
@@ -28,6 +34,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5)
 
 FLINT_PREFIX, VLLM_PREFIX = "flint:", "vllm:"
+TIERS = ("priority", "default")  # api/core/tenancy.py's
 
 
 class Metrics:
@@ -58,6 +65,8 @@ class Metrics:
                                      PER_TOKEN_BUCKETS)
         self._e2e = self._histogram("e2e_request_latency_seconds", "Time from arrival to the last token.",
                                     LATENCY_BUCKETS)
+        self._add_tenancy_metrics()
+        self._add_lora_metrics()
         # How the engine serves (api/server/engine_health.py): what a slower-than-expected server
         # shows without its log.
         self._bucket_compiled = Gauge("flint:token_bucket_compiled",
@@ -70,14 +79,63 @@ class Metrics:
                                          "serves instead; labelled with what was requested and what is in use.",
                                          ["requested", "in_use"], registry=self.registry)
         vllm_named = [self._running, self._waiting, self._kv_usage, self._prompt_tokens, self._generation_tokens,
-                      self._ttft, self._tpot, self._e2e]
+                      self._ttft, self._tpot, self._e2e, self._prefix_cache, self._lora_info]
         self.registry.register(VllmNames(vllm_named, {"model_name": model_name, "engine": "0"}))
         ProcessCollector(registry=self.registry)
 
+    def _add_tenancy_metrics(self) -> None:
+        tier = ["tier"]
+        self._running_by_tier = Gauge("flint:tier_requests_running", "Requests the engine is computing now, "
+                                      "by service tier.", tier, registry=self.registry)
+        self._waiting_by_tier = Gauge("flint:tier_requests_waiting", "Requests queued for the engine, by "
+                                      "service tier.", tier, registry=self.registry)
+        self._ttft_by_tier = Histogram("flint:tier_time_to_first_token_seconds", "Time from arrival to the first "
+                                       "token, by service tier.", tier, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._e2e_by_tier = Histogram("flint:tier_e2e_request_latency_seconds", "Time from arrival to the last "
+                                      "token, by service tier.", tier, buckets=LATENCY_BUCKETS, registry=self.registry)
+        for name in TIERS:  # both series from the start, so a rate over either exists before its first request
+            self._ttft_by_tier.labels(tier=name)
+            self._e2e_by_tier.labels(tier=name)
+        self._prefix_cache = EngineCounters({
+            "prefix_cache_queries": ("Prompt tokens looked up in the prefix cache.", "num_prefix_queried_tokens"),
+            "prefix_cache_hits": ("Prompt tokens found in the prefix cache.", "num_prefix_hit_tokens")})
+        self._session_cache = EngineCounters({
+            "session_prefix_cache_queries": ("Prompt tokens of requests in a session looked up in the prefix cache.",
+                                             "num_session_queried_tokens"),
+            "session_prefix_cache_hits": ("Prompt tokens of requests in a session found in the prefix cache.",
+                                          "num_session_hit_tokens")})
+        self.registry.register(self._prefix_cache)
+        self.registry.register(self._session_cache)
+        self._live_sessions = self._gauge("sessions_live", "Sessions seen within --session-ttl.")
+        self._session_pages = self._gauge("kv_cache_pages_kept_for_sessions",
+                                          "Free KV-cache pages of live sessions, evicted after every other free page.")
+
+    def _add_lora_metrics(self) -> None:
+        # vLLM's info gauge, which the Gateway API Inference Extension's endpoint picker reads
+        # to send a request to a replica that has its adapter: the value is the time of the
+        # reading, the adapters are labels (comma-separated names).
+        self._lora_info = Gauge("flint:lora_requests_info", "LoRA adapters of running and waiting requests, and the "
+                                "adapter slots; the value is the Unix time of the reading.",
+                                ["running_lora_adapters", "waiting_lora_adapters", "max_lora"], registry=self.registry)
+        self._lora_slots = EngineCounters({
+            "lora_adapter_loads": ("LoRA adapters written into a device slot (a request's adapter was not in one).",
+                                   "num_adapter_loads"),
+            "lora_adapter_evictions": ("Of those, writes over another adapter (the least recently used).",
+                                       "num_adapter_evictions")})
+        self.registry.register(self._lora_slots)
+
+    def _set_lora(self, load: EngineStats) -> None:
+        self._lora_info.clear()  # one sample, labelled with the adapters now
+        self._lora_info.labels(running_lora_adapters=",".join(load.running_adapters),
+                               waiting_lora_adapters=",".join(load.waiting_adapters),
+                               max_lora=str(load.max_loras)).set(time.time())
+        self._lora_slots.load = load
+
     def record_request(self, *, prompt_tokens: int, generation_tokens: int,
                        time_to_first_token: float | None, time_per_output_token: float | None,
-                       e2e_latency: float) -> None:
-        """Count one finished request (also an aborted one: its tokens were computed).
+                       e2e_latency: float, tier: str = "default") -> None:
+        """Count one finished request (also an aborted one: its tokens were computed) of
+        service tier `tier`.
 
         Times in seconds; None where there is nothing to measure (no token generated, or
         only one so there is no gap between tokens)."""
@@ -85,9 +143,11 @@ class Metrics:
         self._generation_tokens.inc(generation_tokens)
         if time_to_first_token is not None:
             self._ttft.observe(time_to_first_token)
+            self._ttft_by_tier.labels(tier=tier).observe(time_to_first_token)
         if time_per_output_token is not None:
             self._tpot.observe(time_per_output_token)
         self._e2e.observe(e2e_latency)
+        self._e2e_by_tier.labels(tier=tier).observe(e2e_latency)
 
     def count_program_compiled_while_serving(self) -> None:
         self._compiled_while_serving.inc()
@@ -100,9 +160,20 @@ class Metrics:
         self._kv_usage.set(load.kv_cache_usage)
         self._pages_in_use.set(load.num_pages_in_use)
         self._pages_cached.set(load.num_cached_pages)
+        self._set_tenancy(load)
+        self._set_lora(load)
         if engine is not None:
             self._set_engine_health(engine)
         return generate_latest(self.registry)
+
+    def _set_tenancy(self, load: EngineStats) -> None:
+        self._running_by_tier.labels(tier="priority").set(load.num_priority_running)
+        self._running_by_tier.labels(tier="default").set(max(0, load.num_running - load.num_priority_running))
+        self._waiting_by_tier.labels(tier="priority").set(load.num_priority_waiting)
+        self._waiting_by_tier.labels(tier="default").set(max(0, load.num_waiting - load.num_priority_waiting))
+        self._prefix_cache.load = self._session_cache.load = load
+        self._live_sessions.set(load.num_live_sessions)
+        self._session_pages.set(load.num_session_pages)
 
     def _set_engine_health(self, engine: EngineHealth) -> None:
         for bucket in engine.buckets:
@@ -118,6 +189,20 @@ class Metrics:
 
     def _histogram(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
         return Histogram(f"{FLINT_PREFIX}{name}", documentation, buckets=buckets, registry=self.registry)
+
+
+class EngineCounters(Collector):
+    """Counters the engine keeps (EngineStats fields), exported as they stood at the last
+    render: by name, (documentation, the EngineStats field)."""
+
+    def __init__(self, counters: dict[str, tuple[str, str]]) -> None:
+        self.counters = counters
+        self.load: EngineStats | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        for name, (documentation, field) in self.counters.items():
+            value = getattr(self.load, field) if self.load is not None else 0
+            yield CounterMetricFamily(FLINT_PREFIX + name, documentation, value=value)
 
 
 class VllmNames(Collector):

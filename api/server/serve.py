@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
+from api.server.tenancy_flags import add_tenancy_arguments, tenancy_options
 from engine.config import ATTENTIONS, AUTO, LAYER_LOOPS, QUANTIZATIONS, SPECULATIVE, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
@@ -54,9 +56,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     add_download_argument(serve)
     serve.add_argument("--host", default=server.host, help="address to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=server.port, help="port to bind (default: %(default)s)")
-    serve.add_argument("--api-key", default=os.environ.get("FLINT_API_KEY") or None,
-                       help="require this key on /v1 requests (Authorization: Bearer, or x-api-key); "
-                            "default: $FLINT_API_KEY, else no key")
+    add_tenancy_arguments(serve)
     serve.add_argument("--max-waiting", type=at_least(0), default=server.max_waiting,
                        help="queued generation requests before new ones get 429 (default: %(default)s)")
     serve.add_argument("--shutdown-timeout", type=at_least(0, float), default=server.shutdown_timeout,
@@ -105,6 +105,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--log-format", default=server.log_format, choices=LOG_FORMATS,
                        help="log lines as text, or as one JSON object a line (timestamp, level, logger, "
                             "message, request_id), with one access line per request (default: %(default)s)")
+    add_lora_arguments(serve)
     add_multihost_arguments(serve)
 
 
@@ -177,15 +178,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
                           layer_loop=args.layer_loop,
                           enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,
-                          num_speculative_tokens=args.num_speculative_tokens)
+                          num_speculative_tokens=args.num_speculative_tokens, **lora_engine_options(args),
+                          session_ttl=args.session_ttl)
     return Settings(host=args.host, port=args.port, model=args.model, download=args.download, engine=engine,
-                    api_key=args.api_key,
+                    **tenancy_options(args),
                     max_waiting=args.max_waiting, shutdown_timeout=args.shutdown_timeout,
                     max_body_bytes=args.max_body_bytes, data_dir=args.data_dir, store_url=args.store_url,
                     compilation_cache=compilation_cache_from_args(args, args.data_dir),
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     log_format=args.log_format, topology=topology_from_args(args),
-                    follower_timeout=args.follower_timeout)
+                    follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora))
 
 
 def check_tensor_parallel_size(size: int) -> None:

@@ -41,8 +41,16 @@ class Settings:
     # Fetch a repo id that is not in the Hugging Face cache (engine/loader/hub.py), instead of refusing it.
     download: bool = False
     engine: EngineConfig = EngineConfig()
-    # When set, every /v1 request must carry it (Authorization: Bearer, or x-api-key).
+    # When set, every /v1 request must carry it (Authorization: Bearer, or x-api-key), or
+    # another of `api_keys` or `priority_api_keys` (api/server/auth.py).
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()
+    # Keys granted the priority service tier (each also a valid key). When any is set, a
+    # request asking for priority with another key gets a 403 (api/core/tenancy.py).
+    priority_api_keys: tuple[str, ...] = ()
+    # "shared": requests share the prefix cache unless they name an isolation key;
+    # "api-key": each API key has a cache of its own (api/core/tenancy.py).
+    cache_isolation: str = "shared"
     # Generation requests queued beyond the running batch before new ones get a 429.
     max_waiting: int = 256
     # On SIGTERM: seconds to let in-flight requests finish before cancelling them.
@@ -67,6 +75,13 @@ class Settings:
     topology: Topology | None = None
     # Seconds without a follower's heartbeat before the leader stops serving.
     follower_timeout: float = 30.0
+    # LoRA adapters loaded at start-up, as (name, directory) pairs (`--lora NAME=PATH`).
+    lora_modules: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def valid_api_keys(self) -> tuple[str, ...]:
+        """Every key that opens the API (none: the API is open)."""
+        return tuple(dict.fromkeys(key for key in (self.api_key, *self.api_keys, *self.priority_api_keys) if key))
 
     def __post_init__(self) -> None:
         if self.compilation_cache is _IN_DATA_DIR:

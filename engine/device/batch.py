@@ -36,6 +36,8 @@ class BatchInputs:
     # Routing replay (engine/models/moe.py): each token's experts in every layer, replayed
     # instead of the router's pick; -1: the router picks. [tokens, 0, 0] without experts.
     forced_experts: jax.Array  # [tokens, layers, experts per token] int32
+    # Each row's LoRA adapter slot (engine/device/lora.py); -1: the base model alone.
+    row_adapters: jax.Array  # [seqs] int32
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +61,7 @@ def empty_batch(num_tokens: int, num_seqs: int, pages_per_seq: int, vocab_size: 
         sampling=empty_sampling_arrays(num_seqs, vocab_size, history),
         embedding_rows=embedding_rows, embedding_token_index=np.full(num_embedding_rows, -1, np.int32),
         forced_experts=np.full((num_tokens, *routing_shape), -1, np.int32),
+        row_adapters=np.full(num_seqs, -1, np.int32),
     )
 
 

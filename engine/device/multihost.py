@@ -203,8 +203,8 @@ def replay(runner, operation: tuple, state: dict) -> None:
     elif kind == "dispatch_next":
         tables, num_steps = arguments
         state["flight"] = runner.launch_next(state["flight"], tables, num_steps)
-    elif kind == "copy_pages":
-        runner.copy_pages(*arguments)
+    elif kind in ("copy_pages", "load_adapter"):
+        getattr(runner, kind)(*arguments)
     else:
         raise ValueError(f"unknown operation {kind!r} from the leader")
 

@@ -28,9 +28,11 @@ from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
+from engine.device.lora import empty_slots, slot_values, write_slot
 from engine.device.sharding import make_mesh, replicated, served_shardings
 from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
 from engine.device.weights import resolve_dtype, serving_weights
+from engine.loader.lora import LoraAdapter
 from engine.models import family_of
 from engine.models.layers import layer_loop_for
 from engine.sampling.inputs import fill_row
@@ -48,6 +50,7 @@ class ModelRunner:
         self.mesh = mesh if mesh is not None else make_mesh(engine_config)
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
         weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
+        weights["layers"].update(empty_slots(model_config, engine_config, engine_config.dtype))
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
                  engine_config.page_size)
@@ -60,8 +63,9 @@ class ModelRunner:
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
         self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
-        self.graphdef, self.state = nnx.split(family_of(model_config).decoder(model_config, weights, attention,
-                                                                               self.layer_loop))
+        decoder = family_of(model_config).decoder(model_config, weights, attention, self.layer_loop,
+                                                  lora_slots=engine_config.max_loras)
+        self.graphdef, self.state = nnx.split(decoder)
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
         self._abstract_kv_cache = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
@@ -72,6 +76,7 @@ class ModelRunner:
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,),
                                    compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
+        self._write_slot = jax.jit(write_slot, donate_argnums=(0,), static_argnums=(3,))
         # On a multi-host leader: publishes each device operation for the followers to
         # replay (engine/device/multihost.py), before it starts here.
         self.publish: Callable[[tuple], None] | None = None
@@ -117,6 +122,8 @@ class ModelRunner:
         """Compile `buckets` (default: every token bucket) now; returns the seconds it took."""
         started = time.perf_counter()
         buckets = self.config.token_buckets if buckets is None else buckets
+        if self.config.max_loras and not self._compiled:
+            self._write_adapter(0, None)  # compiles the slot writes now, not at the first adapter's request
         for index, bucket in enumerate(buckets, 1):
             self._compile(bucket)
             if report:
@@ -244,6 +251,19 @@ class ModelRunner:
                            beams=None if beams is None else jax.tree_util.tree_map(lambda a: a[step], beams))
                 for step in range(num_steps)]
 
+    def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        """Write `adapter` into LoRA slot `slot` (None: clear it), in dispatch order: steps
+        dispatched before read the slot as it was (the weights are replaced, not written)."""
+        self._publish(("load_adapter", slot, adapter))
+        self._write_adapter(slot, adapter)
+
+    def _write_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        values = slot_values(adapter, self.model_config, self.config)
+        layers = self.state["layers"]
+        for name, value in values.items():
+            layers[name] = layers[name].replace(
+                self._write_slot(layers[name][...], np.int32(slot), value, self.config.max_loras))
+
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV pages (source, destination) on the device, in dispatch order: after every
         step dispatched so far, before any dispatched later (beams forking a shared page).
@@ -304,6 +324,7 @@ class ModelRunner:
             pack_embeddings(batch, row.embeddings, cursor - row.start)
         if row.forced_experts is not None:
             batch.forced_experts[span] = row.forced_experts.reshape(batch.forced_experts[span].shape)
+        batch.row_adapters[index] = row.adapter_slot
 
     def hidden_logits(self, rows: list[RowPlan]) -> np.ndarray:
         """Logits [tokens, vocab] of every real token of `rows`, writing their KV to the cache.

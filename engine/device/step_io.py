@@ -30,6 +30,7 @@ class RowPlan:
     # A replayed routing for token_ids (engine/host/routing_replay.py): [tokens, layers x
     # experts per token], -1 where the router picks; None: it picks everywhere.
     forced_experts: np.ndarray | None = None
+    adapter_slot: int = -1  # the LoRA adapter slot the row runs with (engine/device/lora.py); -1: the base
 
     @property
     def sample(self) -> bool:

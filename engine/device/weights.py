@@ -144,7 +144,12 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
 def is_served_weight(name) -> bool:
     """Whether `name` (a key of the served pytree) names a weight, rather than a part of
     one (an int8 weight's values or scales) or the layers' subtree."""
-    return name in SERVED_AXES or str(name).endswith("norm")
+    return name in SERVED_AXES or str(name).endswith("norm") or is_lora_slots(name)
+
+
+def is_lora_slots(name) -> bool:
+    """A LoRA weight of the adapter slots (engine/device/lora.py): small, so replicated."""
+    return str(name).startswith("lora_")
 
 
 def served_axes(name: str) -> tuple[str | None, ...]:
@@ -152,5 +157,7 @@ def served_axes(name: str) -> tuple[str | None, ...]:
     A layer norm a family adds (Gemma's post-norms) is replicated like the others."""
     if name not in SERVED_AXES and name.endswith("norm"):
         return ("layers", None)
+    if is_lora_slots(name):
+        return ("layers", None, None)
     return SERVED_AXES[name]
 

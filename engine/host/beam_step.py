@@ -84,6 +84,11 @@ def fork(parent: Sequence, scheduler: Scheduler) -> Sequence:
     child.num_cached_tokens = parent.num_cached_tokens
     child.beam = parent.beam
     child.set_embeddings(parent.embeddings)
+    # The parent's whole salt (its routing replay and isolation too), so that a child recomputed
+    # after a preemption registers its pages where the parent's are; and the parent's tenancy.
+    child.routing_replay, child.cache_salt = parent.routing_replay, parent.cache_salt
+    child.priority, child.session = parent.priority, parent.session
+    child.adapter = parent.adapter
     scheduler.fork(parent, child)
     return child
 

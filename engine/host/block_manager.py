@@ -15,7 +15,13 @@ from the free pool itself (reference count 1, no hash). So a shared page is neve
 
 Freed pages keep their hash while they sit in the free pool, so they can still be hit.
 Allocation takes never-hashed free pages first, then evicts the least recently freed
-cached page. Page 0 is the null page and is never handed out.
+cached page, and the pages of live sessions last: a freed cached page last held by a
+sequence of a session that is still live (engine/host/sessions.py) waits in a pool of its
+own, so that the next turn of a conversation finds its prefix even under eviction pressure.
+Page 0 is the null page and is never handed out.
+
+A sequence isolated from others (engine/host/tenancy.py) roots its chain in a salt of its
+isolation, so its pages are found only by sequences of the same isolation.
 
 A model whose every layer attends to a window of the latest `window` keys (Mistral's
 sliding window) never reads a page again once the window has passed it: `release_unseen`
@@ -27,10 +33,13 @@ pages rather than all of its own.
 from __future__ import annotations
 
 import hashlib
+import time
 from array import array
 from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from engine.host.sequence import Sequence
+from engine.host.sessions import Sessions
 
 NO_PARENT = b""  # the parent hash of a sequence's first page
 NULL_PAGE = 0  # never handed out; stands in a block table for a page released behind a window
@@ -57,7 +66,8 @@ class BlockManager:
     a sequence is about to write.
     """
 
-    def __init__(self, num_pages: int, page_size: int, enable_prefix_caching: bool = True, window: int = 0) -> None:
+    def __init__(self, num_pages: int, page_size: int, enable_prefix_caching: bool = True, window: int = 0,
+                 session_ttl: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
         if num_pages < 2:
             raise ValueError("the KV cache needs the null page and at least one more")
         self.num_pages = num_pages  # page 0 included
@@ -71,11 +81,18 @@ class BlockManager:
         self._page_hashes: dict[int, bytes] = {}  # page -> block hash
         self.num_queried_tokens = 0  # tokens of admitted sequences looked up in the prefix cache
         self.num_hit_tokens = 0  # of those, tokens found
+        # Session affinity (engine/host/sessions.py): free cached pages of live sessions, evicted
+        # last; the session that last held each cached page; the lookups of session sequences.
+        self.sessions = Sessions(session_ttl, clock)
+        self._page_sessions: dict[int, str] = {}
+        self.num_session_queried_tokens = 0
+        self.num_session_hit_tokens = 0
 
     @property
     def num_free_pages(self) -> int:
-        """Pages an allocation can take now: never-hashed free pages plus evictable cached ones."""
-        return len(self._unhashed_pages) + len(self._evictable_pages)
+        """Pages an allocation can take now: never-hashed free pages plus evictable cached ones
+        (those kept for live sessions included)."""
+        return len(self._unhashed_pages) + len(self._evictable_pages) + len(self.sessions)
 
     @property
     def num_cached_pages(self) -> int:
@@ -101,6 +118,7 @@ class BlockManager:
         """
         assert not seq.block_table, f"{seq.request_id} already holds pages"
         seq.num_computed_tokens = 0
+        self._touch(seq)
         # Prompt logprobs need the logits of every prompt token, so nothing may be skipped.
         if not self.enable_prefix_caching or seq.sampling.prompt_logprobs is not None:
             return 0
@@ -111,12 +129,16 @@ class BlockManager:
             if page is None:
                 break
             self._take(page)
+            self._mark_session(page, seq)
             seq.block_table.append(page)
             seq.block_hashes.append(block_hash)
             parent_hash = block_hash
         seq.num_computed_tokens = len(seq.block_table) * self.page_size
         self.num_queried_tokens += seq.num_tokens
         self.num_hit_tokens += seq.num_computed_tokens
+        if seq.session is not None:
+            self.num_session_queried_tokens += seq.num_tokens
+            self.num_session_hit_tokens += seq.num_computed_tokens
         return seq.num_computed_tokens
 
     def num_appendable_tokens(self, seq: Sequence) -> int:
@@ -142,6 +164,7 @@ class BlockManager:
             raise RuntimeError(f"out of KV-cache pages for {seq.request_id}")
         for _ in range(num_missing):
             seq.block_table.append(self._take_free_page())
+            self._mark_session(seq.block_table[-1], seq)
 
     def mark_computed(self, seq: Sequence) -> None:
         """Register in the prefix cache every page of `seq` that is now full and computed.
@@ -165,6 +188,7 @@ class BlockManager:
         page goes back first, so it is evicted first: a chain is found from its start, and
         its tail is the part least likely to be shared.
         """
+        self._touch(seq)  # a session stays live for its TTL after its last request ends
         for page in reversed(seq.block_table):
             self._release(page)
         seq.block_table = []
@@ -226,25 +250,56 @@ class BlockManager:
         self._ref_counts[page] -= 1
         if self._ref_counts[page] > 0:
             return
-        if page in self._page_hashes:
-            self._evictable_pages[page] = None
-        else:
+        session = self._page_sessions.get(page)
+        if page not in self._page_hashes:
+            self._page_sessions.pop(page, None)
             self._unhashed_pages.append(page)
+        elif session is not None and self.sessions.is_live(session):
+            self.sessions.keep(page, session)
+        else:
+            self._evictable_pages[page] = None
 
     def _take(self, page: int) -> None:
-        """Reference a cached page, taking it out of the evictable pool if it sits there."""
-        if self._ref_counts[page] == 0:
+        """Reference a cached page, taking it out of its free pool if it sits in one."""
+        if self._ref_counts[page] == 0 and not self.sessions.take(page):
             del self._evictable_pages[page]
         self._ref_counts[page] += 1
 
     def _take_free_page(self) -> int:
+        """A free page: never hashed, else the least recently freed plain cached page, else
+        the least recently freed page of a live session (its hash and session dropped)."""
         if self._unhashed_pages:
             page = self._unhashed_pages.popleft()
         else:
-            page, _ = self._evictable_pages.popitem(last=False)
+            self._expire_sessions()
+            if self._evictable_pages:
+                page, _ = self._evictable_pages.popitem(last=False)
+            else:
+                page = self.sessions.evict()
             del self._cached_pages[self._page_hashes.pop(page)]
+            self._page_sessions.pop(page, None)
         self._ref_counts[page] = 1
         return page
+
+    def _touch(self, seq: Sequence) -> None:
+        """A request of `seq`'s session arrived or ended: its session stays live (and sessions
+        that expired meanwhile lose their pages' preference)."""
+        if seq.session is not None:
+            self._expire_sessions()
+            self.sessions.touch(seq.session)
+
+    def _expire_sessions(self) -> None:
+        """Pool the pages of expired sessions as plain ones, first in line to be evicted: they
+        were freed at least a TTL ago, before any plain page freed since."""
+        for page in reversed(self.sessions.expire()):
+            self._evictable_pages[page] = None
+            self._evictable_pages.move_to_end(page, last=False)
+
+    def _mark_session(self, page: int, seq: Sequence) -> None:
+        """Remember `seq`'s session as the last to hold `page` (a page held outside any session
+        keeps the session it had)."""
+        if seq.session is not None and self.enable_prefix_caching:
+            self._page_sessions[page] = seq.session
 
     def _register(self, page: int, block_hash: bytes) -> None:
         # Another page may already hold the same content (two identical prompts computed

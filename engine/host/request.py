@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.sampling.params import SamplingParams, bounded
 from engine.text.grammar import Grammar
 from engine.text.reasoning import Reasoning
+
+if TYPE_CHECKING:  # host bookkeeping imports no NumPy at run time
+    from engine.loader.lora import LoraAdapter
 
 __all__ = ["BeamResult", "BeamSearchParams", "EmbeddingReplacement", "Grammar", "PromptTokenLogprob", "Request", "RequestOutput", "SamplingParams", "StopCriteria", "SpeculationCounts",
            "TokenLogprob", "choice_seeds"]
@@ -112,6 +116,14 @@ class Request:
     # The model's thinking section (engine/text/reasoning.py): its text kept apart from the
     # answer, its budget enforced. None: the output is all answer.
     reasoning: Reasoning | None = None
+    # Many tenants (engine/host/tenancy.py): the priority tier, scheduled ahead of the default
+    # tier and preempting it for room; a salt that isolates its prefix-cache pages (b"": the
+    # shared cache); the session whose cached pages are kept in preference (None: none).
+    priority: bool = False
+    cache_isolation: bytes = b""
+    session: str | None = None
+    # A LoRA adapter to run with (engine/host/adapters.py); None: the base model alone.
+    adapter: LoraAdapter | None = None
 
 
 @dataclass(frozen=True)

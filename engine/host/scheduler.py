@@ -9,11 +9,22 @@ token (each such row reads its cached pages once for all its tokens, engine/devi
 and a prompt chunk ends early rather than replace more input embeddings than a step has
 rows for (`max_embedding_rows`, engine/host/embeddings.py).
 
-Running sequences go first, in admission order. When one of them needs pages that are not
-free, the most recently admitted running sequence is preempted (its pages freed, back to
-the front of the queue, to be recomputed from prompt plus outputs), possibly itself. Then
-waiting sequences are admitted in order while the budgets and free pages last. Admission
-only ever takes free pages, so an arriving request never preempts a running one.
+Two service tiers (engine/host/tenancy.py). Both queues keep priority sequences ahead of
+default-tier ones: `waiting` holds the priority tier first, each tier with its preempted
+sequences first and then in arrival order; `running` holds the priority tier first, each
+tier in admission order. So `running[-1]` is always the least important running sequence.
+
+Each step, waiting priority sequences are promoted first: one that finds every sequence slot
+taken preempts the least important running sequence while that is of the default tier,
+and joins `running` at the end of the priority tier (with its prefix-cache hits). Then
+running sequences go, in order. When one of them needs pages that are not free, the least
+important running sequence is preempted (its pages freed, back to the front of its tier in
+the queue, to be recomputed from prompt plus outputs), possibly itself. So a priority
+sequence takes the step's tokens and pages before any default-tier one, preempting
+default-tier sequences rather than wait, and a default-tier sequence never preempts a
+priority one. Then waiting sequences are admitted in order while the budgets and free pages
+last. Admission only ever takes free pages, so an arriving default-tier request never
+preempts a running one.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
+from engine.host.adapters import AdapterSlots
 from engine.host.block_manager import BlockManager
 from engine.host.embeddings import chunk_within, replaced_between
 from engine.host.sequence import Sequence, SequenceStatus
@@ -65,7 +77,7 @@ class Scheduler:
     engine checks stop conditions on the sequences `update` returns and calls `finish`.
     """
 
-    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager, adapters: AdapterSlots | None = None) -> None:
         if block_manager.page_size != config.page_size:
             raise ValueError("the block manager's page size differs from the engine's")
         self.max_num_seqs = config.max_num_seqs
@@ -73,8 +85,9 @@ class Scheduler:
         self.max_prefill_rows = config.max_prefill_rows
         self.max_embedding_rows = config.max_embedding_rows
         self.block_manager = block_manager
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # in admission order
+        self.adapters = adapters if adapters is not None else AdapterSlots(config.max_loras)
+        self.waiting: deque[Sequence] = deque()  # the priority tier first; each: preempted first, then by arrival
+        self.running: list[Sequence] = []  # the priority tier first; each in admission order
         self._num_added = 0
 
     @property
@@ -89,12 +102,22 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def num_priority_running(self) -> int:
+        """Running sequences of the priority tier (safe from another thread, as num_running is:
+        the list is copied in one call)."""
+        return sum(seq.priority for seq in list(self.running))
+
+    @property
+    def num_priority_waiting(self) -> int:
+        return sum(seq.priority for seq in list(self.waiting))
+
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence (the engine has checked it fits the cache and max_model_len)."""
         assert seq.status is SequenceStatus.WAITING and not seq.block_table
         seq.arrival = self._num_added
         self._num_added += 1
-        self.waiting.append(seq)
+        self._enqueue(seq)
 
     def abort(self, request_id: str) -> Sequence | None:
         """Finish a waiting or running sequence with reason "abort"; None if there is none."""
@@ -113,6 +136,7 @@ class Scheduler:
             return
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
+            self.adapters.release(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         self.block_manager.free(seq)
@@ -122,6 +146,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """Pick this step's chunks, growing running sequences first, then admitting waiting ones."""
         output = SchedulerOutput()
+        self._promote_priority(output)
         budget = self._schedule_running(output)
         # After a preemption pages are short: admitting now would only be preempted again.
         if not output.preempted:
@@ -164,18 +189,67 @@ class Scheduler:
         child.num_preemptions = parent.num_preemptions
         if parent.status is SequenceStatus.RUNNING:
             self.block_manager.fork(parent, child)
+            self.adapters.share(parent, child)
             child.status = SequenceStatus.RUNNING
             self.running.insert(self.running.index(parent) + 1, child)
         else:
             self.waiting.insert(self.waiting.index(parent) + 1, child)
 
     def requeue(self, seq: Sequence) -> None:
-        """Free a running sequence's pages and queue it first, to be recomputed."""
+        """Free a running sequence's pages and queue it first in its tier, to be recomputed."""
+        self._stop_running(seq, first=True)
+
+    def _stop_running(self, seq: Sequence, first: bool) -> None:
+        """Free running `seq`'s pages and adapter slot, and queue it again (first in its tier,
+        or last) to be recomputed."""
         self.running.remove(seq)
+        self.adapters.release(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, first=first)
+
+    def _enqueue(self, seq: Sequence, first: bool = False) -> None:
+        """Queue `seq` at the front (a preempted sequence) or the back of its tier."""
+        num_priority = self._num_priority(self.waiting)
+        if seq.priority:
+            self.waiting.insert(0 if first else num_priority, seq)
+        else:
+            self.waiting.insert(num_priority if first else len(self.waiting), seq)
+
+    def _start(self, seq: Sequence) -> None:
+        """Run `seq`, admitted: last of its tier in `running`."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.insert(self._num_priority(self.running) if seq.priority else len(self.running), seq)
+
+    @staticmethod
+    def _num_priority(queue) -> int:
+        """The priority sequences heading `queue` (every one it holds)."""
+        count = 0
+        for seq in queue:
+            if not seq.priority:
+                break
+            count += 1
+        return count
+
+    def _promote_priority(self, output: SchedulerOutput) -> None:
+        """Admit every waiting priority sequence, with its prefix-cache hits, preempting the
+        least important running sequences for sequence slots while they are of the default
+        tier. Pages come after: `_schedule_running` reserves them, preempting default-tier
+        sequences first (`_reserve`), so a promoted sequence is computed in this very step."""
+        while self.waiting and self.waiting[0].priority:
+            if len(self.running) >= self.max_num_seqs:
+                if self.running[-1].priority:
+                    return  # every slot holds a priority sequence: wait in line
+                output.preempted.append(self._preempt(self.running[-1]))
+                continue
+            if not self.adapters.acquire(self.waiting[0]):
+                return  # its adapter waits for a slot that running sequences of others hold
+            seq = self.waiting.popleft()
+            num_cached = self.block_manager.allocate(seq)
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = num_cached
+            self._start(seq)
 
     def _release_idle(self) -> bool:
         """Free the pages of the newest idle sequence, queued last: a beam that has proposed
@@ -185,15 +259,11 @@ class Scheduler:
         idle = next((seq for seq in reversed(self.running) if seq.num_uncomputed_tokens == 0), None)
         if idle is None:
             return False
-        self.running.remove(idle)
-        self.block_manager.free(idle)
-        idle.status = SequenceStatus.WAITING
-        idle.num_preemptions += 1
-        self.waiting.append(idle)
+        self._stop_running(idle, first=False)
         return True
 
     def _schedule_running(self, output: SchedulerOutput) -> int:
-        """Schedule running sequences in admission order; return the token budget left."""
+        """Schedule running sequences in order (priority first); return the token budget left."""
         budget = self.max_num_batched_tokens
         index = 0
         while index < len(self.running) and budget > 0:
@@ -211,9 +281,10 @@ class Scheduler:
         return budget
 
     def _reserve(self, seq: Sequence, num_new: int, output: SchedulerOutput) -> int:
-        """Get pages for `num_new` tokens of running `seq`, preempting newer sequences.
+        """Get pages for `num_new` tokens of running `seq`, preempting less important sequences
+        (default-tier ones first, then newer ones of its tier).
 
-        When `seq` is the newest, its chunk shrinks to what fits rather than being thrown
+        When `seq` is the least important, its chunk shrinks to what fits rather than being thrown
         away; only when not one token fits is it preempted. Returns the tokens reserved.
         """
         manager = self.block_manager
@@ -229,33 +300,36 @@ class Scheduler:
         return num_new
 
     def _preempt(self, seq: Sequence) -> Sequence:
-        """Free the pages of the newest running `seq`; it waits first in line to be recomputed."""
+        """Free the pages of the least important running `seq`; it waits first in its tier's
+        line to be recomputed."""
         assert self.running[-1] is seq
-        self.running.pop()
-        self.block_manager.free(seq)
-        seq.status = SequenceStatus.WAITING
-        seq.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self._stop_running(seq, first=True)
         return seq
 
     def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
-        """Admit waiting sequences in order while tokens, sequence slots and free pages last."""
+        """Admit waiting sequences in order while tokens, sequence slots and free pages last.
+        One whose LoRA adapter finds every adapter slot held by others is passed over, to
+        wait for a slot while the sequences behind it are admitted (engine/host/adapters.py)."""
         manager = self.block_manager
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+        index = 0
+        while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[index]
             if min(seq.num_uncomputed_tokens, budget) > 1 and self._num_chunks(output) >= self.max_prefill_rows:
                 break
+            if not self.adapters.acquire(seq):
+                index += 1
+                continue
             num_cached = manager.allocate(seq)
             num_new = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
             if num_new == 0 or not manager.can_append(seq, num_new):
                 manager.free(seq)  # give the prefix-cache hits back; wait for pages
+                self.adapters.release(seq)
                 break
             manager.append(seq, num_new)
-            self.waiting.popleft()
+            del self.waiting[index]
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_cached
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            self._start(seq)
             output.scheduled.append(self._chunk(seq, num_new))
             budget -= num_new
 

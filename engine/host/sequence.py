@@ -9,14 +9,17 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from engine.host.adapters import adapter_salt
 from engine.host.embeddings import cache_salt, sorted_replacements
 from engine.host.routing_replay import salted
+from engine.host.tenancy import isolated
 from engine.text.reasoning import ReasoningTrack
 from engine.text.stop_strings import StopStringMatcher
 
 if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither NumPy nor tokenizers
     from llguidance import LLMatcher
 
+    from engine.loader.lora import LoraAdapter
     from engine.host.request import EmbeddingReplacement, PromptTokenLogprob, Request, SamplingParams, StopCriteria
     from engine.text.tokenizer import IncrementalDetokenizer
 
@@ -79,6 +82,13 @@ class Sequence:
         self.routing_replay: tuple[tuple[int, ...] | None, ...] = ()
         self.beam = None  # the BeamSearch this sequence is a beam of (engine/host/beam_search.py)
         self.reasoning: ReasoningTrack | None = None  # where the output stands in its thinking section
+        # Tenancy (engine/host/tenancy.py): the priority tier, and the session whose cached pages
+        # the block manager keeps in preference (None: none).
+        self.priority = False
+        self.session: str | None = None
+        # The LoRA adapter (engine/host/adapters.py) and, while running, its device slot (-1: none).
+        self.adapter: LoraAdapter | None = None
+        self.adapter_slot = -1
 
     @classmethod
     def from_request(cls, request: Request, seed: int, eos_token_ids: frozenset[int] = frozenset(),
@@ -94,6 +104,10 @@ class Sequence:
         seq.routing_replay = tuple(request.routing_replay)
         seq.cache_salt = salted(seq.cache_salt, seq.routing_replay)
         seq.reasoning = ReasoningTrack(request.reasoning) if request.reasoning is not None else None
+        seq.cache_salt = isolated(seq.cache_salt, request.cache_isolation)
+        seq.priority, seq.session = request.priority, request.session
+        seq.adapter = request.adapter
+        seq.cache_salt = adapter_salt(seq.cache_salt, request.adapter)
         return seq
 
     def set_embeddings(self, replacements: tuple[EmbeddingReplacement, ...]) -> None:

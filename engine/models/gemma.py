@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.models.family import Family, MetadataGetter, ParamSpec, TensorNames
-from engine.models.layers import linear, mlp, rope_inv_freq
+from engine.models.layers import mlp, project, rope_inv_freq
 from engine.models.llama import GGUF_TENSORS as LLAMA_GGUF
 from engine.models.llama import HF_TENSORS as LLAMA_HF
 from engine.models.llama import Llama, Step, hf_layer_windows, llama_param_specs
@@ -61,13 +61,13 @@ class Gemma(Llama):
         scale = (config.query_pre_attn_scalar or config.head_dim) ** -0.5
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step,
                                   self.layer_rope(index, step), scale, softcap=config.attn_logit_softcapping)
-        x = x + self.norm(linear(attn, weights["wo"]), weights["post_attn_norm"])
+        x = x + self.norm(project(attn, weights, "wo", step.adapters), weights["post_attn_norm"])
         h, routing = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights, index, step)
         return x + self.norm(h, weights["post_mlp_norm"]), cache, routing
 
     def feed_forward(self, h, weights: dict, index, step: Step):
         """GeGLU: gelu (tanh approximation) in place of SwiGLU's silu."""
-        return mlp(h, weights, partial(jax.nn.gelu, approximate=True)), None
+        return mlp(h, weights, partial(jax.nn.gelu, approximate=True), step.adapters), None
 
     def layer_rope(self, index, step: Step):
         """Layer `index`'s RoPE frequencies: a local layer of Gemma 3 rotates with its own

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
+from engine.device.lora import RowAdapters
 from engine.device.weights import Int8Weight, dequantize
 
 
@@ -151,17 +152,25 @@ def replace_embeddings(x, rows, token_index):
     return jax.lax.cond(jnp.any(token_index >= 0), swap, lambda: x)
 
 
-def mlp(h, weights: dict, activation=jax.nn.silu):
+def project(x, weights: dict, name: str, adapters: RowAdapters | None = None):
+    """x times the served projection `name`, plus each token's LoRA adapter's product
+    where the step has adapter slots (engine/device/lora.py)."""
+    out = linear(x, weights[name])
+    return out if adapters is None else adapters.add(out, x, weights, name)
+
+
+def mlp(h, weights: dict, activation=jax.nn.silu, adapters: RowAdapters | None = None):
     """A gated MLP through the fused gate|up matrix: activation(gate) * up, then down
     (SwiGLU with silu, Gemma's GeGLU with tanh-approximated gelu)."""
-    gate, up = jnp.split(linear(h, weights["w_gate_up"]), 2, axis=-1)
-    return linear(activation(gate) * up, weights["w_down"])
+    gate, up = jnp.split(project(h, weights, "w_gate_up", adapters), 2, axis=-1)
+    return project(activation(gate) * up, weights, "w_down", adapters)
 
 
-def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq, norm=None):
+def project_qkv(config: ModelConfig, h, weights: dict, positions, inv_freq, norm=None,
+                adapters: RowAdapters | None = None):
     """Queries [t, heads, d] and keys, values [t, kv_heads, d], with bias, qk-norm (`norm`,
     default RMSNorm) and RoPE."""
-    qkv = linear(h, weights["wqkv"])
+    qkv = project(h, weights, "wqkv", adapters)
     if config.attention_bias:
         qkv = qkv + weights["bqkv"]
     num_tokens = h.shape[0]

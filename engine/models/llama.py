@@ -25,6 +25,7 @@ from flax import nnx
 
 from engine.config import SCAN, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
+from engine.device.lora import RowAdapters, row_adapters
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
     Layers,
@@ -32,6 +33,7 @@ from engine.models.layers import (
     linear,
     mlp,
     param_value,
+    project,
     project_qkv,
     replace_embeddings,
     rms_norm,
@@ -50,8 +52,10 @@ if TYPE_CHECKING:  # the cache's sharding reads the registry, which imports this
 class Llama(nnx.Module):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/device/weights.py."""
 
-    def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN):
+    def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN,
+                 lora_slots: int = 0):
         self.config = config
+        self.lora_slots = lora_slots  # LoRA adapter slots in the layers' weights (engine/device/lora.py)
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.embed = nnx.Param(weights["embed"])
@@ -71,8 +75,9 @@ class Llama(nnx.Module):
         the layers route to experts (None otherwise: `feed_forward`'s second value)."""
         x = replace_embeddings(self.embed_tokens(batch.token_ids), batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
-        step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope())
         stacked = self.layers.stacked()
+        adapters = row_adapters(self.config, batch.row_adapters, batch.token_rows, self.lora_slots)
+        step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope(), adapters)
         if self.layer_loop == SCAN:
             def scanned(carry, weights):
                 x, cache, index = carry
@@ -102,14 +107,14 @@ class Llama(nnx.Module):
     def layer(self, x, cache, index, weights: dict, step: Step):
         """One decoder layer over x [tokens, hidden]: (x, cache, routing) after it."""
         attn, cache = self.attend(self.norm(x, weights["attn_norm"]), cache, index, weights, step)
-        x = x + linear(attn, weights["wo"])
+        x = x + project(attn, weights, "wo", step.adapters)
         out, routing = self.feed_forward(self.norm(x, weights["mlp_norm"]), weights, index, step)
         return x + out, cache, routing
 
     def feed_forward(self, h, weights: dict, index, step: Step):
         """The layer's MLP of the normed h [tokens, hidden] (SwiGLU), and the experts each
         token was routed to: None, a dense MLP has none (engine/models/moe.py has)."""
-        return mlp(h, weights), None
+        return mlp(h, weights, adapters=step.adapters), None
 
     def attend(self, h, cache, index, weights: dict, step: Step, inv_freq=None, scale=None, softcap=None):
         """Self-attention of the normed h [tokens, hidden] over the cache, its K and V written
@@ -118,7 +123,7 @@ class Llama(nnx.Module):
         config = self.config
         inv_freq = step.inv_freq if inv_freq is None else inv_freq
         window = self.window(index)
-        q, k, v = project_qkv(config, h, weights, step.batch.positions, inv_freq, self.norm)
+        q, k, v = project_qkv(config, h, weights, step.batch.positions, inv_freq, self.norm, step.adapters)
         cache = cache.write(index, step.pages, step.offsets, k, v)
         k_cache, v_cache, cache_layer = cache.operands(index)
         scale = 1.0 / math.sqrt(config.head_dim) if scale is None else scale
@@ -148,6 +153,7 @@ class Step:
     pages: jax.Array  # [tokens] i32: each token's cache page
     offsets: jax.Array  # [tokens] i32: its slot in the page
     inv_freq: jax.Array  # [head_dim // 2] f32: RoPE's inverse frequencies
+    adapters: RowAdapters | None = None  # each token's LoRA slot (engine/device/lora.py); None: no slots
 
 
 def llama_param_specs(config: ModelConfig) -> dict:

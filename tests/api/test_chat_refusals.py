@@ -68,7 +68,6 @@ REFUSALS = [
     (body(modalities=["text", "audio"]), 400, "modalities"),
     (body(audio={"voice": "alloy", "format": "wav"}), 400, "audio"),
     (body(web_search_options={}), 400, "web_search_options"),
-    (body(service_tier="priority"), 400, "service_tier"),
     (body(prompt_cache_retention="24h"), 400, "prompt_cache_retention"),
     (body(stream_options={"include_usage": True}), 400, "stream_options"),
     (body(top_logprobs=2), 400, "top_logprobs"),

@@ -19,8 +19,10 @@ GAUGES = ("flint:num_requests_running", "flint:num_requests_waiting", "flint:kv_
 COUNTERS = ("flint:prompt_tokens", "flint:generation_tokens")
 HISTOGRAMS = ("flint:time_to_first_token_seconds", "flint:time_per_output_token_seconds",
               "flint:e2e_request_latency_seconds")
+# The prefix cache's lookups and hits, in tokens: counted by the engine, read at scrape time.
+PREFIX_CACHE = ("flint:prefix_cache_queries", "flint:prefix_cache_hits")
 # What gateways and autoscalers read: every family above, under its vLLM name.
-VLLM_FAMILIES_AS_FLINT = GAUGES + COUNTERS + HISTOGRAMS
+VLLM_FAMILIES_AS_FLINT = GAUGES + COUNTERS + HISTOGRAMS + PREFIX_CACHE
 VLLM_FAMILIES = tuple(name.replace("flint:", "vllm:") for name in VLLM_FAMILIES_AS_FLINT)
 
 
@@ -67,7 +69,7 @@ def test_every_metric_is_exposed_and_idle(client):
     values = scrape(client)
     for gauge in GAUGES:
         assert values[gauge] == 0
-    for counter in COUNTERS:
+    for counter in COUNTERS + PREFIX_CACHE:
         assert f"{counter}_total" in values
     for histogram in HISTOGRAMS:
         assert f"{histogram}_count" in values and f"{histogram}_sum" in values
@@ -147,13 +149,16 @@ def test_engine_stats_follow_the_scheduler(smollm2_tokenizer):
     engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
     assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
     for index in range(2):
-        engine.add_request(Request(f"r{index}", list(range(10, 34)), SamplingParams(), StopCriteria(max_tokens=4)))
-    assert engine.stats().num_waiting == 2
+        engine.add_request(Request(f"r{index}", list(range(10, 34)), SamplingParams(), StopCriteria(max_tokens=4),
+                                   priority=index == 1))
+    assert (engine.stats().num_waiting, engine.stats().num_priority_waiting) == (2, 1)
     engine.scheduler.schedule()  # both 24-token prompts fit the 64-token step
     pages_per_prompt = -(-24 // config.page_size)
     stats = engine.stats()
-    assert (stats.num_running, stats.num_waiting) == (2, 0)
+    assert (stats.num_running, stats.num_waiting, stats.num_priority_running) == (2, 0, 1)
     assert stats.kv_cache_usage == pytest.approx(2 * pages_per_prompt / (config.num_pages - 1))
     assert stats.num_pages_in_use == 2 * pages_per_prompt
     engine.abort("r0"), engine.abort("r1")
-    assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+    # The prefix cache's lookups are counted for good: both prompts, none found.
+    assert engine.stats() == EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0,
+                                         num_prefix_queried_tokens=2 * 24)

@@ -30,9 +30,6 @@ CASES = [
      refusals.NOT_REASONING),
     ("completions", "reasoning_history", "disabled", "preserved", refusals.NOT_REASONING),
     ("chat", "reasoning_history", "disabled", "preserved", refusals.NOT_REASONING),
-    ("completions", "service_tier", "default", "priority", "default service tier"),
-    ("chat", "service_tier", "auto", "priority", "default service tier"),
-    ("responses", "service_tier", "default", "flex", "default service tier"),
 ]
 IDS = [f"{dialect}.{field}={refused!r}" for dialect, field, _, refused, _ in CASES]
 

@@ -41,7 +41,6 @@ def test_a_body_without_input_is_400_naming_it(client):
     ({"tool_choice": "required"}, "tool_choice"),  # with no tools to call
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
-    ({"service_tier": "flex"}, "service_tier"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
     ({"text": {"verbosity": "low"}}, "text.verbosity"),
     ({"reasoning": {"effort": "high"}}, "reasoning.effort"),

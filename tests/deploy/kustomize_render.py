@@ -1,19 +1,23 @@
 """deploy/'s kustomizations rendered in Python, so the tests need no kustomize binary.
 
-Only what deploy/ uses is implemented: `resources` (files and directories), `images`, and
-`patches` that are JSON patches (RFC 6902) with a target. A kustomization using anything
-else is refused (KUSTOMIZATION_KEYS), and test_manifests compares the result with
-`kubectl kustomize` where kubectl is installed."""
+Only what deploy/ uses is implemented: `resources` (files and directories), `images`,
+`patches` that are JSON patches (RFC 6902) with a target, and `configMapGenerator` entries
+made of `files` (named with kustomize's content hash, and the pod templates' references to
+them renamed to match). A kustomization using anything else is refused (KUSTOMIZATION_KEYS),
+and test_manifests compares the result with `kubectl kustomize` where kubectl is installed."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import yaml
 
-KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "images", "patches"}
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "images", "patches", "configMapGenerator"}
 PATCH_KEYS = {"path", "target"}
 TARGET_KEYS = {"kind", "name"}
+GENERATOR_KEYS = {"name", "files"}
 
 
 def load_documents(path: Path) -> list[dict]:
@@ -36,6 +40,10 @@ def render(directory: Path) -> list[dict]:
     for entry in kustomization.get("resources", []):
         path = directory / entry
         documents += render(path) if path.is_dir() else load_documents(path)
+    for generator in kustomization.get("configMapGenerator", []):
+        config_map = generate_config_map(directory, generator)
+        rename_config_map(documents, generator["name"], config_map["metadata"]["name"])
+        documents.append(config_map)
     for patch in kustomization.get("patches", []):
         apply_patch(documents, directory, patch)
     for image in kustomization.get("images", []):
@@ -49,7 +57,52 @@ def referenced_files(directory: Path) -> set[Path]:
     files = {(directory / "kustomization.yaml").resolve()}
     files |= {(directory / entry).resolve() for entry in kustomization.get("resources", [])}
     files |= {(directory / patch["path"]).resolve() for patch in kustomization.get("patches", [])}
+    files |= {(directory / file).resolve() for generator in kustomization.get("configMapGenerator", [])
+              for file in generator["files"]}
     return files
+
+
+def generate_config_map(directory: Path, generator: dict) -> dict:
+    """kustomize's configMapGenerator: one key per file (its name), the file's text as the
+    value, and the name suffixed with the hash of the whole, so that a changed file is a new
+    ConfigMap and the pods that mount it are replaced."""
+    assert set(generator) <= GENERATOR_KEYS, f"unsupported configMapGenerator entry {generator}"
+    data = {}
+    for file in generator["files"]:
+        assert "=" not in file, f"{file}: the tests' renderer lacks key=path file entries"
+        data[Path(file).name] = (directory / file).read_text()
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{generator['name']}-{content_hash(data)}"}, "data": data}
+
+
+def content_hash(data: dict[str, str]) -> str:
+    """kustomize's name suffix for a ConfigMap (api/hasher): the SHA-256 of the JSON of its
+    kind, name and data as Go encodes it (keys sorted, no spaces, <, > and & escaped), its
+    first ten hex digits with the vowels and the digits that could spell words replaced. The
+    name hashed is always "": kustomize looks it up as one field called "metadata/name"."""
+    encoded = json.dumps({"kind": "ConfigMap", "name": "", "data": data}, sort_keys=True, separators=(",", ":"),
+                         ensure_ascii=False)
+    for character, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        encoded = encoded.replace(character, escape)
+    digest = hashlib.sha256(encoded.encode()).hexdigest()[:10]
+    return digest.translate(str.maketrans({"0": "g", "1": "h", "3": "k", "a": "m", "e": "t"}))
+
+
+def rename_config_map(documents: list[dict], old: str, new: str) -> None:
+    """Point the Deployments' references to ConfigMap `old` (volumes, env, envFrom) at `new`."""
+    for document in documents:
+        if document.get("kind") != "Deployment":
+            continue
+        spec = document["spec"]["template"]["spec"]
+        references = [volume["configMap"] for volume in spec.get("volumes", []) if "configMap" in volume]
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            references += [variable["valueFrom"]["configMapKeyRef"] for variable in container.get("env", [])
+                           if "configMapKeyRef" in variable.get("valueFrom", {})]
+            references += [source["configMapRef"] for source in container.get("envFrom", [])
+                           if "configMapRef" in source]
+        for reference in references:
+            if reference.get("name") == old:
+                reference["name"] = new
 
 
 def apply_patch(documents: list[dict], directory: Path, patch: dict) -> None:

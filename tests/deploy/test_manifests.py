@@ -1,7 +1,9 @@
 """deploy/'s Kubernetes manifests: every rendered document valid against the Kubernetes API
-schemas (offline, kubernetes-validate), every `flint serve` command line accepted by Flint's
-own parser, and the numbers that depend on each other (drain and grace period, probes and
-ports, GPUs and tensor parallelism, group size and process flags) consistent."""
+schemas (offline, kubernetes-validate; tests/deploy's own schemas for LeaderWorkerSet,
+InferencePool and HTTPRoute), every `flint serve` command line accepted by Flint's own parser,
+and the numbers that depend on each other (drain and grace period, probes and ports, GPUs and
+tensor parallelism, group size and process flags) consistent. test_gateway.py checks the
+gateway overlay's own objects against each other and against Flint."""
 
 from __future__ import annotations
 
@@ -27,6 +29,12 @@ from deployed_pods import (
     pods_in,
     prestop_sleep,
 )
+from inference_extension_schema import (
+    HTTP_ROUTE,
+    HTTP_ROUTE_API_VERSION,
+    INFERENCE_POOL,
+    INFERENCE_POOL_API_VERSION,
+)
 from kustomize_render import referenced_files, render
 from leaderworkerset_schema import LEADER_WORKER_SET
 
@@ -37,6 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = sorted(path.parent.relative_to(ROOT).as_posix() for path in DEPLOY.rglob("kustomization.yaml"))
 GPU_KUSTOMIZATIONS = {"deploy/gpu", "deploy/multi-host"}
+# Custom resources outside the core API, each with tests/deploy's own schema of it.
+CUSTOM_RESOURCES = {(INFERENCE_POOL_API_VERSION, "InferencePool"): INFERENCE_POOL,
+                    (HTTP_ROUTE_API_VERSION, "HTTPRoute"): HTTP_ROUTE}
 # The oldest Kubernetes the manifests promise to suit, and the newest the schemas know.
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.latest_version())
 EXIT_SECONDS = 5  # after the drain and the streams' error events: the engine stops, the process exits
@@ -84,18 +95,25 @@ def test_rendering_agrees_with_kubectl_kustomize(kustomization):
     assert sorted(yaml.safe_load_all(kubectl.stdout), key=key) == sorted(rendered(kustomization), key=key)
 
 
+def json_schema_errors(schema: dict, document: dict) -> list[str]:
+    return [f"{'.'.join(map(str, error.path))}: {error.message}"
+            for error in jsonschema.Draft202012Validator(schema).iter_errors(document)]
+
+
 def schema_errors(document: dict) -> list[str]:
     """What the Kubernetes API would refuse in the document, for every version tested. A
-    LeaderWorkerSet is checked against tests/deploy's own schema of it, and its pod and
-    claim templates as the core objects they are."""
+    custom resource (CUSTOM_RESOURCES, LeaderWorkerSet) is checked against tests/deploy's own
+    schema of it; a LeaderWorkerSet's pod and claim templates as the core objects they are."""
+    custom = CUSTOM_RESOURCES.get((document.get("apiVersion"), document.get("kind")))
+    if custom is not None:
+        return json_schema_errors(custom, document)
     if document.get("apiVersion") == LWS_API_VERSION:
         template = document["spec"]["leaderWorkerTemplate"]
         parts = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role},
                   "template": template[role]} for role in ("leaderTemplate", "workerTemplate") if role in template]
         parts += [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim}
                   for claim in template.get("volumeClaimTemplates", [])]
-        errors = [f"{'.'.join(map(str, error.path))}: {error.message}"
-                  for error in jsonschema.Draft202012Validator(LEADER_WORKER_SET).iter_errors(document)]
+        errors = json_schema_errors(LEADER_WORKER_SET, document)
         return errors + [error for part in parts for error in schema_errors(part)]
     errors = []
     for version in KUBERNETES_VERSIONS:
@@ -120,7 +138,11 @@ def test_schema_checks_refuse_a_misspelled_field():
     lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "RecreateGroupOnRestart"
     worker_typo = copy.deepcopy(lws)
     worker_typo["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["terminationGracePeriod"] = 80
-    for broken in (deployment, lws, worker_typo):
+    pool = copy.deepcopy(next(d for d in rendered("deploy/gateway") if d["kind"] == "InferencePool"))
+    pool["spec"]["endpointPickerRef"]["failureMode"] = "FailOpened"
+    route = copy.deepcopy(next(d for d in rendered("deploy/gateway") if d["kind"] == "HTTPRoute"))
+    route["spec"]["rules"][0]["backendRef"] = route["spec"]["rules"][0].pop("backendRefs")
+    for broken in (deployment, lws, worker_typo, pool, route):
         assert schema_errors(broken)
 
 
@@ -221,6 +243,14 @@ def test_services_send_requests_to_the_serving_port(kustomization):
         assert targets, f"Service {name} selects no pod"
         for pod in targets:
             assert pod.role != "worker", f"Service {name} selects {pod.source}, which serves no HTTP"
+            if not pod.flint_containers():  # another server (the gateway's endpoint picker): a port it has
+                ports = [port for container in pod.spec["containers"] for port in container.get("ports", [])]
+                named, numbers = {port.get("name") for port in ports}, {port["containerPort"] for port in ports}
+                for port in service["spec"]["ports"]:
+                    target = port.get("targetPort", port["port"])
+                    assert target in (named if isinstance(target, str) else numbers), (
+                        f"Service {name} sends port {port['port']} to {target}, which {pod.source} does not have")
+                continue
             (container,) = pod.flint_containers()
             for port in service["spec"]["ports"]:
                 assert container_port(container, port["targetPort"]) == port_flag(pod, container), (

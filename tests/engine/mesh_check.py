@@ -12,6 +12,7 @@ import engine.device.runner
 from engine.config import EngineConfig, ModelConfig
 from engine.device.attention import over_mesh, reference_attention
 from engine.device.runner import ModelRunner, RowPlan
+from engine.loader.lora import LoraAdapter, projection_shapes
 from engine.models.params import random_params
 
 config = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -29,7 +30,27 @@ def run(mesh_shape):
     return runner, np.concatenate([prefill, decode])
 
 
+def random_adapter(seed: int) -> LoraAdapter:
+    """Rank 2 on every projection, large enough to move the logits."""
+    rng = np.random.default_rng(seed)
+    weights = {module: (rng.standard_normal((config.num_layers, 2, inner), np.float32) * 0.3,
+                        rng.standard_normal((config.num_layers, out, 2), np.float32) * 0.3)
+               for module, (out, inner) in projection_shapes(config).items()}
+    return LoraAdapter(name="tp", path="tp", rank=2, scale=2.0, weights=weights)
+
+
+def run_adapted(mesh_shape):
+    """Logits of a row under a LoRA adapter beside a base row, in one step."""
+    engine = EngineConfig(max_model_len=64, max_num_seqs=4, max_num_batched_tokens=64,
+                          page_size=4, num_pages=40, mesh_shape=mesh_shape, max_loras=2, max_lora_rank=4)
+    runner = ModelRunner(config, engine, params)
+    runner.load_adapter(1, random_adapter(3))
+    return runner.hidden_logits([RowPlan(prompt, 0, list(range(1, 7)), adapter_slot=1),
+                                 RowPlan(prompt, 0, list(range(7, 13)))])
+
+
 single_runner, single = run((1,))
+adapted_single, adapted_sharded = run_adapted((1,)), run_adapted((4,))
 sharded_runner, sharded = run((4,))
 # The wrapper that runs a kernel once per device on its own heads (engine/device/attention over_mesh),
 # around the reference: GPU interpret mode cannot run a kernel on several simulated devices.
@@ -43,5 +64,7 @@ print(json.dumps({
     "cache_spec": str(sharded_runner.kv_cache.k.sharding.spec),
     "max_relative_error": float(np.max(np.abs(single - sharded)) / np.max(np.abs(single))),
     "per_device_attention_error": float(np.max(np.abs(single - per_device)) / np.max(np.abs(single))),
+    "lora_relative_error": float(np.max(np.abs(adapted_single - adapted_sharded)) / np.max(np.abs(adapted_single))),
+    "lora_change": float(np.max(np.abs(adapted_single[:21] - adapted_single[21:])) / np.max(np.abs(adapted_single))),
 }))
 sys.exit(0)

@@ -1,0 +1,177 @@
+"""LoRA adapters through HTTP: `--lora` at start-up, vLLM's load and unload routes, `model`
+naming an adapter, /v1/models listing each with its parent, concurrent requests of several
+adapters and the base, and unloading under load. Tokens are checked against the NumPy
+forward of the merged weights W + scale B A (tests/lora_files.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+from api_helpers import ONE_BUCKET_ENGINE, live_app
+from lora_files import merged_params, random_adapter, write_adapter
+from numpy_reference import greedy
+
+from api.server.app import create_app
+from api.server.settings import Settings
+from engine.engine import Engine
+from engine.loader.checkpoint import Checkpoint
+from engine.loader.source import ModelSource
+from engine.models.params import random_params
+from tiny_models import tiny_checkpoint
+
+RANK = 4
+PROMPT = [5, 17, 3, 60, 22, 9, 41, 8, 13, 71, 2, 30]
+MAX_TOKENS = 5
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, smollm2_tokenizer):
+    """The tiny base over SmolLM2's vocabulary, three adapters on disk with their merged
+    weights, and a live server started with `--lora a0=...` and two slots."""
+    config = tiny_checkpoint(96).config.replace(vocab_size=smollm2_tokenizer.vocab_size)
+    base = Checkpoint(config, random_params(config, seed=6),
+                      ModelSource(id="tiny-base", path=None, format="hf", context_length=512))
+    root = tmp_path_factory.mktemp("adapters")
+    paths, merged = {}, {}
+    for seed in range(3):
+        pairs = random_adapter(config, RANK, seed=30 + seed, magnitude=1.0)
+        paths[f"a{seed}"] = str(write_adapter(root / f"a{seed}", pairs, RANK, 8.0))
+        merged[f"a{seed}"] = merged_params(base.params, pairs, 8.0 / RANK)
+
+    def engine_factory(settings: Settings) -> Engine:
+        engine = Engine(base, smollm2_tokenizer, settings.engine)
+        engine.runner.warmup()
+        return engine
+
+    engine = dataclasses.replace(ONE_BUCKET_ENGINE, optimize_compiled_code=False, max_loras=2, max_lora_rank=8)
+    app = create_app(Settings(engine=engine, lora_modules=(("a0", paths["a0"]),)), engine_factory=engine_factory)
+    with live_app(app) as base_url:
+        sdk = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
+        merged[app.state.server.model.id] = base.params  # the embedded model's id names the tiny base here
+        yield config, paths, merged, sdk, base_url, app
+
+
+def expected_text(world, name, tokenizer) -> str:
+    config, _, merged, *_ = world
+    return tokenizer.decode(greedy(config, merged[name], PROMPT, MAX_TOKENS))
+
+
+def complete(sdk, model: str):
+    return sdk.completions.create(model=model, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
+                                  extra_body={"ignore_eos": True})
+
+
+def post(base_url: str, route: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{base_url}/v1/{route}", json=body, timeout=60)
+
+
+def test_an_adapter_named_at_start_up_serves_and_is_listed_with_its_parent(world, smollm2_tokenizer):
+    _, _, _, sdk, _, app = world
+    base_id = app.state.server.model.id
+    models = {model.id: model for model in sdk.models.list().data}
+    assert set(models) == {base_id, "a0"}
+    assert models["a0"].model_extra["parent"] == base_id
+    assert models[base_id].model_extra["parent"] is None
+    completion = complete(sdk, "a0")
+    assert completion.model == "a0"
+    assert completion.choices[0].text == expected_text(world, "a0", smollm2_tokenizer)
+    assert sdk.models.retrieve("a0").id == "a0"
+
+
+def test_an_adapter_loaded_at_run_time_serves_by_name(world, smollm2_tokenizer):
+    _, paths, _, sdk, base_url, _ = world
+    answer = post(base_url, "load_lora_adapter", {"lora_name": "a1", "lora_path": paths["a1"]})
+    assert answer.status_code == 200 and "a1" in answer.text
+    assert "a1" in {model.id for model in sdk.models.list().data}
+    chat = sdk.chat.completions.create(model="a1", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert chat.model == "a1"
+    assert complete(sdk, "a1").choices[0].text == expected_text(world, "a1", smollm2_tokenizer)
+    again = post(base_url, "load_lora_adapter", {"lora_name": "a1", "lora_path": paths["a1"]})
+    assert again.status_code == 400 and again.json()["error"]["param"] == "lora_name"
+
+
+def test_concurrent_requests_of_three_adapters_and_the_base_each_get_their_own(world, smollm2_tokenizer):
+    """Two slots for three adapters: the batches mix adapters and the base, one adapter
+    waits for a slot, and every answer is its own adapter's."""
+    _, paths, _, sdk, base_url, app = world
+    post(base_url, "load_lora_adapter", {"lora_name": "a1", "lora_path": paths["a1"], "load_inplace": True})
+    post(base_url, "load_lora_adapter", {"lora_name": "a2", "lora_path": paths["a2"], "load_inplace": True})
+    names = ["a0", "a1", "a2", app.state.server.model.id] * 2
+    with ThreadPoolExecutor(len(names)) as pool:
+        texts = list(pool.map(lambda name: complete(sdk, name).choices[0].text, names))
+    for name, text in zip(names, texts):
+        assert text == expected_text(world, name, smollm2_tokenizer), name
+    slots = app.state.server.running_engine.engine.adapters
+    assert slots.num_evictions >= 1 and slots.holders == [0, 0]
+
+
+def test_load_inplace_replaces_and_its_kv_is_not_shared(world, smollm2_tokenizer):
+    """The same name, other weights: the prompt's cached pages of the old weights are not reused."""
+    _, paths, _, sdk, base_url, _ = world
+    post(base_url, "load_lora_adapter", {"lora_name": "swap", "lora_path": paths["a1"]})
+    assert complete(sdk, "swap").choices[0].text == expected_text(world, "a1", smollm2_tokenizer)
+    answer = post(base_url, "load_lora_adapter", {"lora_name": "swap", "lora_path": paths["a2"], "load_inplace": True})
+    assert answer.status_code == 200
+    completion = complete(sdk, "swap")
+    assert completion.choices[0].text == expected_text(world, "a2", smollm2_tokenizer)
+    assert completion.usage.prompt_tokens_details is None or not completion.usage.prompt_tokens_details.cached_tokens
+
+
+def test_unloading_under_load_loses_no_request(world):
+    """Streams under an adapter that is unloaded mid-way all finish; a later request is a 404."""
+    _, paths, _, sdk, base_url, _ = world
+    post(base_url, "load_lora_adapter", {"lora_name": "gone", "lora_path": paths["a2"]})
+
+    def stream() -> tuple[str | None, int]:
+        chunks = list(sdk.completions.create(model="gone", prompt=PROMPT, max_tokens=24, temperature=0, stream=True,
+                                             extra_body={"ignore_eos": True}))
+        return chunks[-1].choices[0].finish_reason, len(chunks)
+
+    with ThreadPoolExecutor(4) as pool:
+        streams = [pool.submit(stream) for _ in range(4)]
+        answer = post(base_url, "unload_lora_adapter", {"lora_name": "gone"})
+        results = [future.result(timeout=120) for future in streams]
+    assert answer.status_code == 200
+    assert [reason for reason, _ in results] == ["length"] * 4
+    with pytest.raises(openai.NotFoundError) as error:
+        complete(sdk, "gone")
+    assert error.value.body["param"] == "model"
+    missing = post(base_url, "unload_lora_adapter", {"lora_name": "gone"})
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "lora_name"
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"lora_name": "bad", "lora_path": "/nonexistent/adapter"}, "lora_path"),
+    ({"lora_name": "SmolLM2-135M-Instruct", "lora_path": "/nonexistent/adapter"}, "lora_name"),  # the base's id
+    ({"lora_name": "bad"}, "lora_path"),
+    ({"lora_name": "bad", "lora_path": "/x", "lora_int_id": 3}, "lora_int_id"),
+])
+def test_a_bad_adapter_is_a_400_naming_lora_path(world, body, param):
+    _, _, _, _, base_url, _ = world
+    answer = post(base_url, "load_lora_adapter", body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == param
+
+
+def test_an_adapter_of_too_high_a_rank_is_refused_naming_the_limit(world, tmp_path):
+    config, _, _, _, base_url, _ = world
+    path = write_adapter(tmp_path / "wide", random_adapter(config, 16, seed=1, targets=("q_proj",)), 16, 16.0)
+    answer = post(base_url, "load_lora_adapter", {"lora_name": "wide", "lora_path": str(path)})
+    assert answer.status_code == 400 and "max_lora_rank 8" in answer.json()["error"]["message"]
+
+
+def test_structured_output_holds_under_an_adapter(world):
+    """The grammar masks the adapter's logits as it masks the base's: the answer is one of the enum."""
+    _, _, _, sdk, _, _ = world
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],
+              "additionalProperties": False}
+    chat = sdk.chat.completions.create(
+        model="a0", messages=[{"role": "user", "content": "Yes or no?"}], max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}})
+    assert chat.model == "a0"
+    assert json.loads(chat.choices[0].message.content)["answer"] in ("yes", "no")
