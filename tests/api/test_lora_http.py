@@ -108,6 +108,9 @@ def test_concurrent_requests_of_three_adapters_and_the_base_each_get_their_own(w
         assert text == expected_text(world, name, smollm2_tokenizer), name
     slots = app.state.server.running_engine.engine.adapters
     assert slots.num_evictions >= 1 and slots.holders == [0, 0]
+    scraped = httpx.get(f"{base_url}/metrics").text
+    assert f"flint:lora_adapter_evictions_total {float(slots.num_evictions)}" in scraped
+    assert 'vllm:lora_requests_info{engine="0",max_lora="2"' in scraped
 
 
 def test_load_inplace_replaces_and_its_kv_is_not_shared(world, smollm2_tokenizer):

@@ -24,6 +24,8 @@ PREFIX_CACHE = ("flint:prefix_cache_queries", "flint:prefix_cache_hits")
 # What gateways and autoscalers read: every family above, under its vLLM name.
 VLLM_FAMILIES_AS_FLINT = GAUGES + COUNTERS + HISTOGRAMS + PREFIX_CACHE
 VLLM_FAMILIES = tuple(name.replace("flint:", "vllm:") for name in VLLM_FAMILIES_AS_FLINT)
+# vLLM's LoRA info gauge (the gateway's endpoint picker reads it): labelled with the adapters too.
+LORA_INFO = "flint:lora_requests_info"
 
 
 def samples(text: str) -> dict[str, float]:
@@ -107,9 +109,21 @@ def test_a_completion_is_counted(client):
     assert after["flint:num_requests_running"] == 0 and after["flint:kv_cache_usage_perc"] == 0
     assert after["flint:kv_cache_pages_in_use"] == 0
     # The vLLM names agree with Flint's, sample for sample, after the request too.
-    flint_named = {name: value for name, value in after.items() if name.startswith(tuple(VLLM_FAMILIES_AS_FLINT))}
+    flint_named = {name: value for name, value in after.items()
+                   if name.startswith((*VLLM_FAMILIES_AS_FLINT, LORA_INFO))}
     assert vllm_samples(after) == flint_named
     assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == 8
+
+
+def test_the_lora_info_names_the_adapters_of_running_and_waiting_requests():
+    text = Metrics("m").render(EngineStats(2, 1, 0.5, running_adapters=("a", "b"), waiting_adapters=("c",),
+                                           max_loras=4)).decode()
+    families = labels_by_family(text)
+    for family in (LORA_INFO, LORA_INFO.replace("flint:", "vllm:")):
+        (labels,) = families[family]
+        assert {key: labels[key] for key in ("running_lora_adapters", "waiting_lora_adapters", "max_lora")} == {
+            "running_lora_adapters": "a,b", "waiting_lora_adapters": "c", "max_lora": "4"}
+    assert samples(text)[LORA_INFO] > 1.7e9  # the time of the reading, as vLLM's
 
 
 def test_record_request_fills_counters_and_histograms():
