@@ -35,21 +35,27 @@ class AdapterRegistry:
     def load(self, name: str, path: str, replace: bool = False) -> LoraAdapter:
         """Read and check the adapter at `path`, and serve it as `name`; ApiError (400) naming
         the field at fault."""
-        if not self.engine.max_loras:
-            raise invalid("lora_name", "This server has no LoRA adapter slots: start it with --max-loras N "
-                                       "(or --lora NAME=PATH).")
-        if name == self.base_id:
-            raise invalid("lora_name", f"`{name}` is the base model's id; an adapter needs a name of its own.")
-        if name in self.adapters and not replace:
-            raise invalid("lora_name", f"An adapter named `{name}` is already loaded (load_inplace replaces it).")
+        self.check_name(name, replace)
         try:
             adapter = load_lora(name, path, self.model)
             check_fits(adapter, self.model, self.engine)
         except (ValueError, OSError) as error:
             raise invalid("lora_path", f"The adapter at {path} cannot be served: {error}") from None
         with self._lock:
+            if name in self.adapters and not replace:  # loaded by a concurrent request meanwhile
+                raise already_loaded(name)
             self.adapters[name] = adapter
         return adapter
+
+    def check_name(self, name: str, replace: bool) -> None:
+        """400 naming `lora_name` for a name no adapter may take now."""
+        if not self.engine.max_loras:
+            raise invalid("lora_name", "This server has no LoRA adapter slots: start it with --max-loras N "
+                                       "(or --lora NAME=PATH).")
+        if name == self.base_id:
+            raise invalid("lora_name", f"`{name}` is the base model's id; an adapter needs a name of its own.")
+        if name in self.adapters and not replace:
+            raise already_loaded(name)
 
     async def load_async(self, name: str, path: str, replace: bool = False) -> LoraAdapter:
         return await asyncio.to_thread(self.load, name, path, replace)
@@ -59,3 +65,7 @@ class AdapterRegistry:
             if self.adapters.pop(name, None) is None:
                 raise ApiError(404, f"No adapter named `{name}` is loaded.", param="lora_name",
                                code="model_not_found")
+
+
+def already_loaded(name: str) -> ApiError:
+    return invalid("lora_name", f"An adapter named `{name}` is already loaded (load_inplace replaces it).")

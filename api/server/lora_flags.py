@@ -16,9 +16,13 @@ def add_lora_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora", metavar="NAME=PATH", action="append", type=lora_module, default=[],
                         help="serve the PEFT LoRA adapter in directory PATH as model NAME (repeatable); "
                              "more load at run time through POST /v1/load_lora_adapter")
+    parser.add_argument("--allow-runtime-lora", action="store_true",
+                        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, which read "
+                             "adapter directories on this server and replace what requests of an adapter's "
+                             "name run: any API key may call them (default: off, a 403)")
     parser.add_argument("--max-loras", metavar="N", type=non_negative, default=None,
                         help="adapters on the device at once; a batch mixes them, and the least recently "
-                             f"used is evicted for another (default: {DEFAULT_MAX_LORAS} with --lora, else 0: "
+                             f"used is evicted for another (default: {DEFAULT_MAX_LORAS} with --lora or --allow-runtime-lora, else 0: "
                              "no adapters)")
     parser.add_argument("--max-lora-rank", metavar="R", type=non_negative, default=engine.max_lora_rank,
                         help="the largest adapter rank served; every step computes max-loras x this many "
@@ -31,7 +35,7 @@ def add_lora_arguments(parser: argparse.ArgumentParser) -> None:
 
 def lora_engine_options(args: argparse.Namespace) -> dict:
     """EngineConfig's LoRA fields from the flags."""
-    max_loras = args.max_loras if args.max_loras is not None else (DEFAULT_MAX_LORAS if args.lora else 0)
+    max_loras = args.max_loras if args.max_loras is not None else (DEFAULT_MAX_LORAS if args.lora or args.allow_runtime_lora else 0)
     if args.lora and not max_loras:
         raise ValueError("--lora needs adapter slots: --max-loras must be at least 1")
     return {"max_loras": max_loras, "max_lora_rank": args.max_lora_rank,

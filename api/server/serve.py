@@ -187,7 +187,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     compilation_cache=compilation_cache_from_args(args, args.data_dir),
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     log_format=args.log_format, topology=topology_from_args(args),
-                    follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora))
+                    follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora),
+                    allow_runtime_lora=args.allow_runtime_lora)
 
 
 def check_tensor_parallel_size(size: int) -> None:

@@ -77,6 +77,8 @@ class Settings:
     follower_timeout: float = 30.0
     # LoRA adapters loaded at start-up, as (name, directory) pairs (`--lora NAME=PATH`).
     lora_modules: tuple[tuple[str, str], ...] = ()
+    # Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (`--allow-runtime-lora`).
+    allow_runtime_lora: bool = False
 
     @property
     def valid_api_keys(self) -> tuple[str, ...]:

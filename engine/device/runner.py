@@ -67,8 +67,10 @@ class ModelRunner:
                                                   lora_slots=engine_config.max_loras)
         self.graphdef, self.state = nnx.split(decoder)
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
-        self._abstract_kv_cache = jax.tree_util.tree_map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.kv_cache)
+        self._abstract_kv_cache = abstract(self.kv_cache)
+        # What a bucket compiles against: the weights' shapes, not the arrays, which an adapter
+        # slot's write replaces on the engine thread while a background compile lowers.
+        self._abstract_state = abstract(self.state)
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
                              compiler_options=engine_config.compiler_options)
         self._compiled: dict[int, Callable] = {}
@@ -76,7 +78,8 @@ class ModelRunner:
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,),
                                    compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
-        self._write_slot = jax.jit(write_slot, donate_argnums=(0,), static_argnums=(3,))
+        # Not donated: a step already dispatched may still read the slot's old weights.
+        self._write_slot = jax.jit(write_slot, static_argnums=(3,))
         # On a multi-host leader: publishes each device operation for the followers to
         # replay (engine/device/multihost.py), before it starts here.
         self.publish: Callable[[tuple], None] | None = None
@@ -160,7 +163,7 @@ class ModelRunner:
                                             self._empty_batch(bucket))
             num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
             started = time.perf_counter()
-            lowered = self._step.lower(self.state, self._abstract_kv_cache, shapes, num_steps)
+            lowered = self._step.lower(self._abstract_state, self._abstract_kv_cache, shapes, num_steps)
             lowered_at = time.perf_counter()
             self._compiled[bucket] = lowered.compile()
             # Where start-up goes: tracing and lowering (Python, Mosaic GPU's kernel
@@ -340,6 +343,11 @@ class ModelRunner:
         model = nnx.merge(self.graphdef, state)
         hidden, kv_cache, _ = model.hidden_states(kv_cache, batch)
         return model.logits(hidden), kv_cache
+
+
+def abstract(tree):
+    """`tree` with each array replaced by its shape, dtype and sharding."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
 
 
 def with_routing(result: SampleResult, routing, logits_indices) -> SampleResult:

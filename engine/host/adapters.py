@@ -61,6 +61,14 @@ class AdapterSlots:
         self._hold(seq, slot)
         return True
 
+    def can_acquire(self, seq: Sequence) -> bool:
+        """Whether `acquire` would give `seq` a slot now (it changes nothing)."""
+        return seq.adapter is None or self._slot_of(seq.adapter) is not None or self._evictable_slot() is not None
+
+    def slots_by_recency(self) -> list[int]:
+        """The slots, least recently used first."""
+        return list(self._recency)
+
     def share(self, parent: Sequence, child: Sequence) -> None:
         """`child` (a forked beam) runs with its running parent's slot."""
         if parent.adapter_slot != NO_SLOT:

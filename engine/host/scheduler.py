@@ -15,8 +15,9 @@ sequences first and then in arrival order; `running` holds the priority tier fir
 tier in admission order. So `running[-1]` is always the least important running sequence.
 
 Each step, waiting priority sequences are promoted first: one that finds every sequence slot
-taken preempts the least important running sequence while that is of the default tier,
-and joins `running` at the end of the priority tier (with its prefix-cache hits). Then
+taken preempts the least important running sequence while that is of the default tier (and
+one whose LoRA adapter finds every adapter slot held preempts the default-tier holders of
+one), and joins `running` at the end of the priority tier (with its prefix-cache hits). Then
 running sequences go, in order. When one of them needs pages that are not free, the least
 important running sequence is preempted (its pages freed, back to the front of its tier in
 the queue, to be recomputed from prompt plus outputs), possibly itself. So a priority
@@ -233,23 +234,47 @@ class Scheduler:
         return count
 
     def _promote_priority(self, output: SchedulerOutput) -> None:
-        """Admit every waiting priority sequence, with its prefix-cache hits, preempting the
-        least important running sequences for sequence slots while they are of the default
-        tier. Pages come after: `_schedule_running` reserves them, preempting default-tier
-        sequences first (`_reserve`), so a promoted sequence is computed in this very step."""
-        while self.waiting and self.waiting[0].priority:
-            if len(self.running) >= self.max_num_seqs:
-                if self.running[-1].priority:
-                    return  # every slot holds a priority sequence: wait in line
-                output.preempted.append(self._preempt(self.running[-1]))
+        """Admit the waiting priority sequences, with their prefix-cache hits, preempting
+        default-tier sequences for what each lacks: a LoRA adapter slot (the holders of the
+        least recently used slot that no priority sequence holds) and a sequence slot (the
+        least important running sequences). One that priority sequences leave no room for
+        waits, and the next priority one may still go. Pages come after: `_schedule_running`
+        reserves them, preempting default-tier sequences first (`_reserve`), so a promoted
+        sequence is computed in this very step."""
+        index = 0
+        while index < len(self.waiting) and self.waiting[index].priority:
+            seq = self.waiting[index]
+            if not (self._free_adapter_slot(seq, output) and self._free_sequence_slot(output)):
+                index += 1  # held by priority sequences: it waits, and the next priority one may go
                 continue
-            if not self.adapters.acquire(self.waiting[0]):
-                return  # its adapter waits for a slot that running sequences of others hold
-            seq = self.waiting.popleft()
+            del self.waiting[index]
+            self.adapters.acquire(seq)
             num_cached = self.block_manager.allocate(seq)
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_cached
             self._start(seq)
+
+    def _free_adapter_slot(self, seq: Sequence, output: SchedulerOutput) -> bool:
+        """Whether `seq`'s adapter has a slot or can take one, once the default-tier
+        sequences holding the least recently used slot that only they hold are preempted."""
+        if self.adapters.can_acquire(seq):
+            return True
+        for slot in self.adapters.slots_by_recency():
+            holders = [other for other in self.running if other.adapter_slot == slot]
+            if not any(other.priority for other in holders):
+                for holder in holders:
+                    self._stop_running(holder, first=True)
+                    output.preempted.append(holder)
+                return True
+        return False
+
+    def _free_sequence_slot(self, output: SchedulerOutput) -> bool:
+        """Whether a sequence slot is free, once default-tier sequences are preempted for one."""
+        while len(self.running) >= self.max_num_seqs:
+            if self.running[-1].priority:
+                return False  # every slot holds a priority sequence
+            output.preempted.append(self._preempt(self.running[-1]))
+        return True
 
     def _release_idle(self) -> bool:
         """Free the pages of the newest idle sequence, queued last: a beam that has proposed
@@ -316,15 +341,15 @@ class Scheduler:
             seq = self.waiting[index]
             if min(seq.num_uncomputed_tokens, budget) > 1 and self._num_chunks(output) >= self.max_prefill_rows:
                 break
-            if not self.adapters.acquire(seq):
+            if not self.adapters.can_acquire(seq):
                 index += 1
                 continue
             num_cached = manager.allocate(seq)
             num_new = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
             if num_new == 0 or not manager.can_append(seq, num_new):
                 manager.free(seq)  # give the prefix-cache hits back; wait for pages
-                self.adapters.release(seq)
                 break
+            self.adapters.acquire(seq)  # only now: a sequence that waits for pages evicts no adapter
             manager.append(seq, num_new)
             del self.waiting[index]
             if seq.num_preemptions == 0:

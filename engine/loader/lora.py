@@ -44,10 +44,11 @@ class LoraAdapter:
     scale: float  # multiplies B A: lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA
     # PEFT module name -> (A [layers, r, in], B [layers, out, r]) float32; zeros in a layer it skips.
     weights: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
-    base_model: str | None = None  # adapter_config's base_model_name_or_path, as written
     # A digest of the files: KV computed under this adapter is found again only under the
-    # very same weights (engine/host/adapters.py salts the prefix cache with it).
-    digest: bytes = b""
+    # very same weights (engine/host/adapters.py salts the prefix cache with it). No default:
+    # two adapters with the same digest would share KV.
+    digest: bytes
+    base_model: str | None = None  # adapter_config's base_model_name_or_path, as written
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -49,7 +49,8 @@ def world(tmp_path_factory, smollm2_tokenizer):
         return engine
 
     engine = dataclasses.replace(ONE_BUCKET_ENGINE, optimize_compiled_code=False, max_loras=2, max_lora_rank=8)
-    app = create_app(Settings(engine=engine, lora_modules=(("a0", paths["a0"]),)), engine_factory=engine_factory)
+    app = create_app(Settings(engine=engine, lora_modules=(("a0", paths["a0"]),), allow_runtime_lora=True),
+                     engine_factory=engine_factory)
     with live_app(app) as base_url:
         sdk = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
         merged[app.state.server.model.id] = base.params  # the embedded model's id names the tiny base here
@@ -178,3 +179,20 @@ def test_structured_output_holds_under_an_adapter(world):
         response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}})
     assert chat.model == "a0"
     assert json.loads(chat.choices[0].message.content)["answer"] in ("yes", "no")
+
+
+def test_the_load_routes_are_off_unless_the_server_allows_them(world):
+    """Without --allow-runtime-lora any key holder would read the server's directories and
+    replace what another tenant's adapter runs: a 403, and nothing changes."""
+    _, paths, _, sdk, base_url, app = world
+    server = app.state.server
+    allowed = server.settings
+    server.settings = dataclasses.replace(allowed, allow_runtime_lora=False)
+    try:
+        for route, body in (("load_lora_adapter", {"lora_name": "a0", "lora_path": paths["a1"], "load_inplace": True}),
+                            ("unload_lora_adapter", {"lora_name": "a0"})):
+            answer = post(base_url, route, body)
+            assert answer.status_code == 403 and answer.json()["error"]["code"] == "runtime_lora_disabled"
+    finally:
+        server.settings = allowed
+    assert "a0" in {model.id for model in sdk.models.list().data}

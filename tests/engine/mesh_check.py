@@ -36,7 +36,7 @@ def random_adapter(seed: int) -> LoraAdapter:
     weights = {module: (rng.standard_normal((config.num_layers, 2, inner), np.float32) * 0.3,
                         rng.standard_normal((config.num_layers, out, 2), np.float32) * 0.3)
                for module, (out, inner) in projection_shapes(config).items()}
-    return LoraAdapter(name="tp", path="tp", rank=2, scale=2.0, weights=weights)
+    return LoraAdapter(name="tp", path="tp", rank=2, scale=2.0, weights=weights, digest=b"tp")
 
 
 def run_adapted(mesh_shape):

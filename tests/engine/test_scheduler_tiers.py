@@ -157,3 +157,59 @@ def test_random_mixed_tiers_keep_their_order_and_every_page():
         step(scheduler)
     assert all(seq.num_output_tokens == seq.stop.max_tokens for seq in seqs)
     check_no_leak(scheduler)
+
+
+def adapter(name: str):
+    """A stand-in LoRA adapter: the scheduler's slots compare adapters by identity only."""
+    return type("Adapter", (), {"name": name})()
+
+
+def test_a_priority_request_takes_an_adapter_slot_from_the_default_tier_at_once():
+    """One adapter slot, held by two running default-tier sequences of adapter A: a priority
+    request of adapter B preempts both (and nothing else) and runs the next step; they wait
+    for the slot rather than being readmitted and preempted again every step."""
+    scheduler = make_scheduler(max_num_seqs=2, max_num_batched_tokens=64, num_pages=64, max_model_len=256,
+                               max_loras=1)
+    a, b = adapter("a"), adapter("b")
+    d0, d1 = make_seq("d0", 8, max_tokens=20), make_seq("d1", 8, max_tokens=20)
+    d0.adapter = d1.adapter = a
+    for seq in (d0, d1):
+        scheduler.add(seq)
+    step(scheduler)
+    p = make_seq("p", 8, priority=True, max_tokens=4)
+    p.adapter = b
+    scheduler.add(p)
+    output = step(scheduler)
+    assert set(output.preempted) == {d0, d1} and [item.seq for item in output.scheduled] == [p]
+    assert scheduler.adapters.resident == ["b"] and scheduler.adapters.take_writes()[-1][1] is b
+    preemptions = d0.num_preemptions + d1.num_preemptions
+    while p.status is not SequenceStatus.FINISHED:
+        step(scheduler)
+    assert d0.num_preemptions + d1.num_preemptions == preemptions  # not churned while p ran
+    while scheduler.has_unfinished:
+        step(scheduler)
+    check_no_leak(scheduler)
+    assert scheduler.adapters.holders == [0]
+
+
+def test_a_priority_request_blocked_on_its_adapter_lets_the_next_priority_one_go():
+    """The slot is held by a priority sequence, which no one preempts: the priority request of
+    another adapter waits, and the base-model priority request behind it is still promoted,
+    taking a sequence slot from the default tier."""
+    scheduler = make_scheduler(max_num_seqs=2, max_num_batched_tokens=64, num_pages=64, max_model_len=256,
+                               max_loras=1)
+    holder, default = make_seq("holder", 8, priority=True, max_tokens=20), make_seq("default", 8, max_tokens=20)
+    holder.adapter = adapter("a")
+    for seq in (holder, default):
+        scheduler.add(seq)
+    step(scheduler)
+    blocked, base = make_seq("blocked", 8, priority=True), make_seq("base", 8, priority=True)
+    blocked.adapter = adapter("b")
+    for seq in (blocked, base):
+        scheduler.add(seq)
+    output = step(scheduler)
+    assert output.preempted == [default]
+    assert scheduler.running == [holder, base] and list(scheduler.waiting) == [blocked, default]
+    while scheduler.has_unfinished:
+        step(scheduler)
+    check_no_leak(scheduler)
