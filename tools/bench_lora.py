@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from bench_engine import bench_config, random_prompt, timed_run
+from make_lora import random_adapter as random_pairs
+from make_lora import write_adapter
 
 from engine.config import LORA_TARGETS
 from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
-from engine.loader.lora import LoraAdapter, projection_shapes
+from engine.loader.lora import LoraAdapter, load_lora
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -29,14 +33,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(ttft_prompt_tokens=16, dtype="auto")
 
 
-def random_adapter(name: str, engine: Engine, rank: int, rng: np.random.Generator) -> LoraAdapter:
-    config = engine.model_config
-    weights = {}
-    for module, (out, inner) in projection_shapes(config).items():
-        a = rng.standard_normal((config.num_layers, rank, inner), np.float32) / np.sqrt(inner)
-        b = rng.standard_normal((config.num_layers, out, rank), np.float32) * 0.01
-        weights[module] = (a, b)
-    return LoraAdapter(name=name, path=name, rank=rank, scale=2.0, weights=weights, digest=name.encode())
+def random_adapter(name: str, engine: Engine, rank: int, seed: int, directory: Path) -> LoraAdapter:
+    """A random adapter of every projection, written and read back as PEFT files."""
+    pairs = random_pairs(engine.model_config, rank, seed, magnitude=0.01)
+    return load_lora(name, write_adapter(directory / name, pairs, rank, 2.0 * rank), engine.model_config)
 
 
 def decode_rate(engine: Engine, prompts: list[list[int]], adapters: list[LoraAdapter | None], args) -> float:
@@ -58,7 +58,9 @@ def run_lora_benchmark(args: argparse.Namespace) -> None:
     engines = {"base alone": Engine.from_model(args.model, config),
                "with slots": Engine.from_model(args.model, lora_config)}
     rng = np.random.default_rng(0)
-    adapters = [random_adapter(f"lora-{index}", engines["with slots"], args.rank, rng) for index in range(args.adapters)]
+    with tempfile.TemporaryDirectory() as directory:
+        adapters = [random_adapter(f"lora-{index}", engines["with slots"], args.rank, index, Path(directory))
+                    for index in range(args.adapters)]
     vocab = engines["base alone"].model_config.vocab_size
     print(f"{args.adapters} adapters of rank {args.rank} on {', '.join(LORA_TARGETS)}; "
           f"{args.prompt_tokens} prompt and {args.output_tokens} output tokens, greedy; best of {args.rounds}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from api.server.flag_types import at_least
 from engine.config import LORA_TARGETS, EngineConfig
 
 # Slots when --lora names adapters and --max-loras is not given: vLLM's default is 1, which
@@ -20,11 +21,11 @@ def add_lora_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, which read "
                              "adapter directories on this server and replace what requests of an adapter's "
                              "name run: any API key may call them (default: off, a 403)")
-    parser.add_argument("--max-loras", metavar="N", type=non_negative, default=None,
+    parser.add_argument("--max-loras", metavar="N", type=at_least(0), default=None,
                         help="adapters on the device at once; a batch mixes them, and the least recently "
                              f"used is evicted for another (default: {DEFAULT_MAX_LORAS} with --lora or --allow-runtime-lora, else 0: "
                              "no adapters)")
-    parser.add_argument("--max-lora-rank", metavar="R", type=non_negative, default=engine.max_lora_rank,
+    parser.add_argument("--max-lora-rank", metavar="R", type=at_least(1), default=engine.max_lora_rank,
                         help="the largest adapter rank served; every step computes max-loras x this many "
                              "columns per adapted projection (default: %(default)s)")
     parser.add_argument("--lora-target-modules", metavar="MODULE", nargs="+", choices=LORA_TARGETS,
@@ -48,9 +49,3 @@ def lora_module(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
     return name, path
 
-
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value

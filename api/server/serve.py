@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from api.server.flag_types import at_least
 from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
@@ -144,15 +145,6 @@ def compilation_cache_from_args(args: argparse.Namespace, data_dir: str | None =
     if args.compilation_cache is not None:
         return args.compilation_cache or None  # --compilation-cache '' turns it off too
     return default_compilation_cache(data_dir or default_data_dir())
-
-
-def at_least(minimum: int, kind: type = int):
-    def parse(text: str):
-        value = kind(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
-        return value
-    return parse
 
 
 def default_num_pages(max_model_len: int, max_num_seqs: int, page_size: int) -> int:

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from api.core.tenancy import CACHE_ISOLATIONS, SHARED
+from api.server.flag_types import at_least
 from engine.config import EngineConfig
 
 
@@ -23,17 +24,11 @@ def add_tenancy_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--cache-isolation", choices=CACHE_ISOLATIONS, default=SHARED,
                        help="shared: requests share the prefix cache unless they name a "
                             "prompt_cache_isolation_key; api-key: each API key has its own (default: %(default)s)")
-    serve.add_argument("--session-ttl", metavar="SECONDS", type=non_negative, default=EngineConfig.session_ttl,
+    serve.add_argument("--session-ttl", metavar="SECONDS", type=at_least(0, float), default=EngineConfig.session_ttl,
                        help="seconds a session (prompt_cache_key, x-session-affinity, x-multi-turn-session-id) "
                             "stays live after its last request: its cached pages are evicted last until then "
                             "(default: %(default)s)")
 
-
-def non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError("must be at least 0")
-    return value
 
 
 def api_keys_of(args: argparse.Namespace) -> tuple[str, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -12,8 +14,9 @@ import engine.device.runner
 from engine.config import EngineConfig, ModelConfig
 from engine.device.attention import over_mesh, reference_attention
 from engine.device.runner import ModelRunner, RowPlan
-from engine.loader.lora import LoraAdapter, projection_shapes
+from engine.loader.lora import LoraAdapter, load_lora
 from engine.models.params import random_params
+from tools import make_lora
 
 config = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
                      num_heads=8, num_kv_heads=4, head_dim=8)
@@ -31,12 +34,10 @@ def run(mesh_shape):
 
 
 def random_adapter(seed: int) -> LoraAdapter:
-    """Rank 2 on every projection, large enough to move the logits."""
-    rng = np.random.default_rng(seed)
-    weights = {module: (rng.standard_normal((config.num_layers, 2, inner), np.float32) * 0.3,
-                        rng.standard_normal((config.num_layers, out, 2), np.float32) * 0.3)
-               for module, (out, inner) in projection_shapes(config).items()}
-    return LoraAdapter(name="tp", path="tp", rank=2, scale=2.0, weights=weights, digest=b"tp")
+    """Rank 2 on every projection, large enough to move the logits, as PEFT files read back."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = make_lora.write_adapter(Path(directory) / "tp", make_lora.random_adapter(config, 2, seed, magnitude=1.0), 2, 4.0)
+        return load_lora("tp", path, config)
 
 
 def run_adapted(mesh_shape):
