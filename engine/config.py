@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/device/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
-ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu")  # engine/device/attention's implementations
+ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu", "native_cpu")  # engine/device/attention's implementations
+CPU_KERNELS = (AUTO, "native", "jnp")  # engine/device/native: the native CPU kernels, or the jnp path
 # The projections a LoRA adapter may adapt, by PEFT's module names (engine/device/lora.py).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_LORA_RANK = 256
@@ -132,6 +133,8 @@ class EngineConfig:
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/device/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
     layer_loop: str = "auto"  # engine/models/layers.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
+    # engine/device/native: auto (the native kernels on a one-device CPU where they were built), native or jnp
+    cpu_kernels: str = "auto"
     enable_prefix_caching: bool = True
     max_prefill_rows: int = 4  # rows of several tokens (prompt chunks) in one step (engine/device/attention/reference.py)
     max_decode_steps: int = 8  # decode steps one device call may run (engine/device/runner.py); 1: one per call
@@ -164,6 +167,8 @@ class EngineConfig:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
+        if self.cpu_kernels not in CPU_KERNELS:
+            raise ValueError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, not {self.cpu_kernels!r}")
         if self.layer_loop not in LAYER_LOOPS:
             raise ValueError(f"layer_loop must be one of {', '.join(LAYER_LOOPS)}, not {self.layer_loop!r}")
         if self.speculative not in SPECULATIVE:

@@ -1251,10 +1251,15 @@ class HealthAttention(BaseModel):
     requested: Annotated[
         str,
         Field(
-            description="What `--attention` asked for (`auto`, `reference` or `mosaic_gpu`)."
+            description="What `--attention` asked for (`auto`, `reference`, `mosaic_gpu`, `ragged_tpu` or `native_cpu`)."
         ),
     ]
-    in_use: Annotated[str, Field(description="The implementation every step runs.")]
+    in_use: Annotated[
+        str,
+        Field(
+            description="The implementation every step runs (`native_cpu` is the native CPU kernel, `--cpu-kernels`)."
+        ),
+    ]
     fell_back: Annotated[
         bool,
         Field(

@@ -105,3 +105,14 @@ def greedy(config, params, prompt_ids, num_tokens):
     for _ in range(num_tokens):
         ids.append(int(np.argmax(forward(config, params, ids)[-1])))
     return ids[len(prompt_ids):]
+
+
+def served_head(runner, params: dict) -> dict:
+    """`params` with the embedding and head as `runner` serves them: rounded to bfloat16
+    where it keeps them so (int8 layers under the native CPU kernels, engine/models/llama.py)."""
+    import ml_dtypes
+
+    if runner.state["embed"][...].dtype != ml_dtypes.bfloat16:
+        return params
+    return {name: np.asarray(value).astype(ml_dtypes.bfloat16).astype(np.float32) if name in ("embed", "lm_head")
+            else value for name, value in params.items()}

@@ -192,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--rounds", type=int, default=2,
                        help="alternating turns of each server; the best counts (default: %(default)s)")
     serve.add_argument("--seed", type=int, default=0, help="of the random prompts")
+    serve.add_argument("--temperature", type=float, default=0.0, help="of every request (default: %(default)s)")
+    serve.add_argument("--llama-slots", type=int, default=None, metavar="N",
+                       help="one llama-server of N slots for every concurrency (default: one per concurrency, "
+                            "with as many slots as clients)")
     serve.add_argument("--llama-server", default=None, metavar="PATH",
                        help="a llama-server binary (default: the one cached under $XDG_CACHE_HOME or ~/.cache, "
                             "in flint/llama-server/VERSION/, built there first if absent)")

@@ -113,8 +113,8 @@ async def stream_completion(client: httpx.AsyncClient, body: dict) -> Reply:
     return Reply((first or time.perf_counter()) - started, tokens)
 
 
-def completion_body(model_id: str, prompt: list[int], max_tokens: int) -> dict:
-    return {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
+def completion_body(model_id: str, prompt: list[int], max_tokens: int, temperature: float = 0.0) -> dict:
+    return {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
 
 
@@ -153,7 +153,7 @@ def prompts(tokens: np.ndarray, seed: list[int], shape: tuple[int, ...]) -> np.n
 def load_bodies(args, model_id: str, tokens: np.ndarray, round_index: int, concurrency: int) -> list[list[dict]]:
     shape = (concurrency, args.requests_per_client, args.prompt_tokens)
     ids = prompts(tokens, [args.seed, round_index, concurrency], shape)
-    return [[completion_body(model_id, p.tolist(), args.output_tokens) for p in own] for own in ids]
+    return [[completion_body(model_id, p.tolist(), args.output_tokens, args.temperature) for p in own] for own in ids]
 
 
 def measure_load(args, server: Server, model_id: str, tokens: np.ndarray, round_index: int, concurrency: int) -> Run:
@@ -185,16 +185,18 @@ def flint_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, ro
 
 def llama_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, round_index: int) -> tuple[dict, Server]:
     """A llama-server per concurrency, with as many slots, and one with a single slot for the
-    long prompt. The server returned (for its start-up and memory) is the largest one."""
+    long prompt. The server returned (for its start-up and memory) is the largest one. With
+    --llama-slots, one server of that many slots for every concurrency instead."""
     figures, largest = {}, None
-    for slots in args.concurrency:
+    for slots in [args.llama_slots] if args.llama_slots else args.concurrency:
         with ExitStack() as stack:
             server = start_one("llama-server", args, binary, stack, scratch, slots)
             warm_up(server, source.id, tokens)
             with failure_log(server):
-                figures[slots] = measure_load(args, server, source.id, tokens, round_index, slots)
+                for clients in args.concurrency if args.llama_slots else [slots]:
+                    figures[clients] = measure_load(args, server, source.id, tokens, round_index, clients)
             server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
-            largest = server if slots == max(args.concurrency) else largest
+            largest = server if slots == (args.llama_slots or max(args.concurrency)) else largest
     with ExitStack() as stack:
         server = start_one("llama-server", args, binary, stack, scratch, 1)
         with failure_log(server):
@@ -221,7 +223,8 @@ def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]
 
     print(f"\n{header}\nmachine: {cpu_name()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"command: {shlex.join(['python', *sys.argv])}")
-    print(f"{args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, temperature 0, EOS ignored, "
+    print(f"{args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, temperature {args.temperature:g}, "
+          "EOS ignored, "
           f"{args.requests_per_client} requests per client; best of {args.rounds} alternating rounds\n")
     print("| clients | Flint tok/s | llama-server tok/s | Flint / llama | Flint TTFT mean / median | "
           "llama-server TTFT mean / median |\n| --- | --- | --- | --- | --- | --- |")
@@ -251,7 +254,8 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
     binary = find_llama_server(args.llama_server)
     # llama.cpp's threads spin: other work on the machine cuts its figures several times over.
     header = (f"model: {source.path.name}; llama-server {llama_server_version(binary)} (llama-cpp-python "
-              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, as many slots as clients; "
+              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, "
+              f"{f'{args.llama_slots} slots' if args.llama_slots else 'as many slots as clients'}; "
               f"load average {os.getloadavg()[0]:.1f} before the servers started")
     with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch:
         with ExitStack() as stack:  # Flint's first start compiles everything: the cold start

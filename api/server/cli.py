@@ -57,7 +57,7 @@ def generate(args: argparse.Namespace) -> int:
                           token_buckets=(1, 128),
                           num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
-                          layer_loop=args.layer_loop)
+                          layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels)
     set_up_compilation_cache(compilation_cache_from_args(args))
     engine = Engine.from_model(model, config, report=progress)
     tokenizer = engine.tokenizer

@@ -32,7 +32,7 @@ from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
 from api.server.tenancy_flags import add_tenancy_arguments, tenancy_options
-from engine.config import ATTENTIONS, AUTO, LAYER_LOOPS, QUANTIZATIONS, SPECULATIVE, EngineConfig
+from engine.config import ATTENTIONS, AUTO, CPU_KERNELS, LAYER_LOOPS, QUANTIZATIONS, SPECULATIVE, EngineConfig
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.server.lifecycle import EngineLifecycle
@@ -122,11 +122,15 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                              "vocabulary (default: %(default)s)")
     parser.add_argument("--attention", default=engine.attention, choices=ATTENTIONS,
                         help="attention implementation; auto: the Mosaic GPU kernel on GPUs where it serves "
-                             "the model's shape and passes its start-up check, the jnp reference otherwise "
-                             "(default: %(default)s)")
+                             "the model's shape and passes its start-up check, the native CPU kernel where "
+                             "--cpu-kernels is native, the jnp reference otherwise (default: %(default)s)")
     parser.add_argument("--layer-loop", default=engine.layer_loop, choices=LAYER_LOOPS,
                         help="how the forward loops over the layers; auto: unrolled on GPUs (whose scan "
                              "copies each layer's weights), a scan elsewhere (default: %(default)s)")
+    parser.add_argument("--cpu-kernels", default=engine.cpu_kernels, choices=CPU_KERNELS,
+                        help="the native CPU kernels built at install (int8 products, decode attention, a "
+                             "bfloat16 head), or the jnp path; auto: native on a one-device CPU where they "
+                             "were built (default: %(default)s)")
 
 
 def add_compilation_cache_arguments(parser: argparse.ArgumentParser, data_dir: str) -> None:
@@ -168,7 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
                           dtype=args.dtype, quantization=args.quantization,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
-                          layer_loop=args.layer_loop,
+                          layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels,
                           enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,
                           num_speculative_tokens=args.num_speculative_tokens, **lora_engine_options(args),
                           session_ttl=args.session_ttl)

@@ -29,6 +29,8 @@ from engine.device.attention import choose as choose_attention
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
 from engine.device.lora import empty_slots, slot_values, write_slot
+from engine.device.native import NATIVE
+from engine.device.native import resolve as resolve_cpu_kernels
 from engine.device.sharding import make_mesh, replicated, served_shardings
 from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
 from engine.device.weights import resolve_dtype, serving_weights
@@ -58,13 +60,17 @@ class ModelRunner:
         buckets = tuple((tokens, engine_config.seq_bucket(tokens))
                         for tokens in (engine_config.token_buckets[0], engine_config.token_buckets[-1]))
         plain = not (model_config.windowed(engine_config.max_model_len) or model_config.attn_logit_softcapping)
-        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets, plain=plain)
+        # The native CPU kernels (engine/device/native): NATIVE or JNP.
+        self.cpu_kernels = resolve_cpu_kernels(engine_config.cpu_kernels, jax.default_backend(), self.mesh.size)
+        self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets, plain=plain,
+                                                 native=self.cpu_kernels == NATIVE)
         self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
         self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
         decoder = family_of(model_config).decoder(model_config, weights, attention, self.layer_loop,
-                                                  lora_slots=engine_config.max_loras)
+                                                  lora_slots=engine_config.max_loras,
+                                                  native_linear=self.cpu_kernels == NATIVE)
         self.graphdef, self.state = nnx.split(decoder)
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
         self._abstract_kv_cache = abstract(self.kv_cache)

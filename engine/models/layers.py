@@ -21,11 +21,17 @@ from flax import nnx
 
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
 from engine.device.lora import RowAdapters
+from engine.device.native import ops as native_ops
 from engine.device.weights import Int8Weight, dequantize
 
 
 def linear(x, weight):
-    """x [t, in] times a weight stored [out, in] (float, or Int8Weight)."""
+    """x [t, in] times a weight stored [out, in] (float, Int8Weight, or a NativeWeight the
+    native CPU kernel reads in place)."""
+    if isinstance(weight, native_ops.NativeWeight):
+        if native_ops.takes(x.shape[0], weight):
+            return native_ops.linear(x, weight).astype(x.dtype)
+        weight = native_ops.sliced(weight)
     if isinstance(weight, Int8Weight):
         weight = dequantize(weight, x.dtype)  # widened inside the product
     if x.shape[0] == 1:
@@ -139,6 +145,18 @@ def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) 
 def layer_weights(stacked: dict, index: int) -> dict:
     """Layer `index`'s weights out of the stacked ones, by static slices."""
     return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
+
+
+def native_layer_weights(stacked: dict, index) -> dict:
+    """Layer `index` (traced, in a scan) of the stacked weights for the native CPU kernels:
+    each int8 projection they serve as the whole stack and the index, read in place; the
+    rest sliced out (norms, biases, adapter slots: small)."""
+    def at(weight):
+        if isinstance(weight, Int8Weight) and native_ops.serves(weight):
+            return native_ops.at_layer(weight, index)
+        return jax.tree_util.tree_map(lambda array: array[index], weight)
+
+    return {name: at(weight) for name, weight in stacked.items()}
 
 
 def replace_embeddings(x, rows, token_index):

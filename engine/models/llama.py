@@ -26,12 +26,15 @@ from flax import nnx
 from engine.config import SCAN, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
+from engine.device.native import ops as native_ops
+from engine.device.weights import Int8Weight
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
     Layers,
     layer_weights,
     linear,
     mlp,
+    native_layer_weights,
     param_value,
     project,
     project_qkv,
@@ -53,14 +56,24 @@ class Llama(nnx.Module):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/device/weights.py."""
 
     def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN,
-                 lora_slots: int = 0):
+                 lora_slots: int = 0, native_linear: bool = False):
         self.config = config
+        # The int8 projections through the native CPU kernel (engine/device/native), under a scan.
+        self.native_linear = native_linear and layer_loop == SCAN
         self.lora_slots = lora_slots  # LoRA adapter slots in the layers' weights (engine/device/lora.py)
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
-        self.embed = nnx.Param(weights["embed"])
+        self.compute_dtype = jnp.dtype(weights["embed"].dtype)
+        # With int8 layers under the native kernels, the embedding and the head are kept in
+        # bfloat16: half the bytes a one-token step's head reads, and no float32 copy of the
+        # embedding held. The quality gate (tests/engine/test_quantization.py) scores it as it
+        # scores a float32 head. Unquantized layers keep the checkpoint's precision throughout.
+        quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
+        narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
+        head_dtype = jnp.bfloat16 if narrow else None  # None: as loaded
+        self.embed = nnx.Param(jnp.asarray(weights["embed"], head_dtype))
         self.final_norm = nnx.Param(weights["final_norm"])
-        self.lm_head = nnx.Param(weights["lm_head"]) if "lm_head" in weights else None
+        self.lm_head = nnx.Param(jnp.asarray(weights["lm_head"], head_dtype)) if "lm_head" in weights else None
         self.rope_freq_factors = nnx.Param(weights["rope_freq_factors"]) if "rope_freq_factors" in weights else None
         self.layers = Layers(weights["layers"])
 
@@ -81,10 +94,14 @@ class Llama(nnx.Module):
         if self.layer_loop == SCAN:
             def scanned(carry, weights):
                 x, cache, index = carry
+                if weights is None:  # the native kernels read the stacked weights at the index
+                    weights = native_layer_weights(stacked, index)
                 x, cache, routing = self.layer(x, cache, index, weights, step)
                 return (x, cache, index + 1), routing
 
-            (x, kv_cache, _), routing = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)), stacked)
+            (x, kv_cache, _), routing = jax.lax.scan(scanned, (x, kv_cache, jnp.int32(0)),
+                                                     None if self.native_linear else stacked,
+                                                     length=self.config.num_layers)
         else:
             routings = []
             for index in range(self.config.num_layers):  # a static index: a static slice of each weight
@@ -95,7 +112,7 @@ class Llama(nnx.Module):
         return self.norm(x, self.final_norm[...]), kv_cache, routing
 
     def embed_tokens(self, token_ids):
-        return self.embed[...][token_ids]
+        return self.embed[...][token_ids].astype(self.compute_dtype)
 
     def rope(self):
         """RoPE's inverse frequencies [head_dim // 2]."""
@@ -142,6 +159,8 @@ class Llama(nnx.Module):
 
     def logits(self, hidden):
         head = (self.lm_head if self.lm_head is not None else self.embed)[...]
+        if self.native_linear and native_ops.serves(head):
+            head = native_ops.at_layer(head, 0)
         return linear(hidden, head).astype(jnp.float32)
 
 

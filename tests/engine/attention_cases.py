@@ -70,13 +70,14 @@ def make_step(rows: list[tuple[int, int]], *, num_heads: int, num_kv: int, head_
     return Step(q, k, v, k_cache, v_cache, batch, layer)
 
 
-def chunked_prompt_logits(model_config, attention: str, **engine_options):
+def chunked_prompt_logits(model_config, attention: str, params=None, **engine_options):
     """(logits of every token, the runner) of a 30-token random prompt run through a
     ModelRunner on `attention` as a serving engine would: in two prompt chunks, then a
-    decode, over pages 1 to 3; random weights of seed 3. `engine_options`: EngineConfig fields."""
+    decode, over pages 1 to 3; `params`, else random weights of seed 3. `engine_options`:
+    EngineConfig fields."""
     engine = EngineConfig(max_model_len=48, max_num_seqs=2, max_num_batched_tokens=32, page_size=16, num_pages=8,
                           attention=attention, **engine_options)
-    runner = ModelRunner(model_config, engine, random_params(model_config, seed=3))
+    runner = ModelRunner(model_config, engine, random_params(model_config, seed=3) if params is None else params)
     prompt = list(np.random.default_rng(0).integers(0, model_config.vocab_size, 30))
     table = [1, 2, 3]
     chunks = [RowPlan(prompt[:20], 0, table), RowPlan(prompt[20:29], 20, table), RowPlan(prompt[29:], 29, table)]

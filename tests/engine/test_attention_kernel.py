@@ -248,7 +248,7 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
     import engine.device.attention as attention
 
     monkeypatch.setattr(attention, "kernel_problem", lambda *args: "RuntimeError: no sm_90a")
-    monkeypatch.setattr(attention, "resolve", lambda name, *shape: MOSAIC_GPU)  # as on a GPU
+    monkeypatch.setattr(attention, "resolve", lambda name, *shape, **options: MOSAIC_GPU)  # as on a GPU
     choice = attention.choose("auto", "bfloat16", 128, 32, 8, 16)
     assert choice.in_use == REFERENCE and "no sm_90a" in choice.fallback
     assert "no sm_90a" in caplog.text
@@ -259,5 +259,5 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
     monkeypatch.setattr(attention, "on_gpu", lambda: True)
     with pytest.raises(attention.KernelUnavailable, match="no sm_90a"):
         attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16)
-    monkeypatch.setattr(attention, "resolve", lambda name, *shape: REFERENCE)  # as on a CPU
+    monkeypatch.setattr(attention, "resolve", lambda name, *shape, **options: REFERENCE)  # as on a CPU
     assert attention.choose("auto", "float32", 128, 32, 8, 16) == attention.AttentionChoice("auto", REFERENCE)

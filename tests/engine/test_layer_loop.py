@@ -17,6 +17,7 @@ import pytest
 from numpy_reference import forward
 
 from engine.config import SCAN, UNROLLED, EngineConfig, ModelConfig
+from engine.device import native
 from engine.device.runner import ModelRunner, RowPlan
 from engine.models.layers import layer_loop_for
 from engine.models.params import random_params
@@ -28,8 +29,9 @@ ENGINE = EngineConfig(max_model_len=64, max_num_seqs=2, max_num_batched_tokens=8
                       optimize_compiled_code=False)
 
 
-def runner_with(layer_loop: str, quantization: str = "none") -> ModelRunner:
-    config = EngineConfig(**{**vars(ENGINE), "layer_loop": layer_loop, "quantization": quantization})
+def runner_with(layer_loop: str, quantization: str = "none", cpu_kernels: str = "jnp") -> ModelRunner:
+    config = EngineConfig(**{**vars(ENGINE), "layer_loop": layer_loop, "quantization": quantization,
+                             "cpu_kernels": cpu_kernels})
     return ModelRunner(TINY, config, random_params(TINY, seed=4))
 
 
@@ -70,6 +72,19 @@ def test_the_gpus_decode_step_reads_every_weight_where_it_lies(quantization):
     assert weights_sliced_dynamically(gpu_form) == set()
     # The detector sees the copies' cause where it is: the scan slices every stacked weight.
     assert weights_sliced_dynamically(runner_with(SCAN, quantization)) == stacked_weight_types(gpu_form)
+
+
+def test_the_native_cpu_kernels_read_int8_layers_in_place_under_the_scan():
+    """The scan passes the native kernel each int8 stack and the layer's index instead of a
+    slice (engine/models/layers.py native_layer_weights): none of them is sliced out."""
+    if not native.available():
+        pytest.skip("the native CPU kernels were not built here")
+    runner = runner_with(SCAN, "int8", cpu_kernels="native")
+    int8_stacks = {"x".join(map(str, leaf.shape)) + "x" + _mlir_dtype(leaf.dtype)
+                   for name in ("wqkv", "wo", "w_gate_up", "w_down")
+                   for leaf in jax.tree_util.tree_leaves(runner.state["layers"][name])}
+    sliced = weights_sliced_dynamically(runner)
+    assert sliced and not sliced & int8_stacks, sliced
 
 
 def test_both_forms_compute_the_reference_forward():

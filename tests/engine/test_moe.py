@@ -17,7 +17,7 @@ import pytest
 from family_configs import MOE
 from loader_files import write_gguf, write_hf
 from moe_reference import forward, greedy, routed_forward, routes
-from numpy_reference import rms_norm
+from numpy_reference import rms_norm, served_head
 from test_loaders import flat
 
 from engine.config import EngineConfig
@@ -151,7 +151,7 @@ def test_int8_quantizes_attention_and_leaves_the_experts(moe):
     assert "values" in layers["wqkv"] and layers["we_gate"][...].dtype == np.float32
     # Per output row, int8 groups are the same in the fused and the separate projections.
     rounded = {name: np.asarray(dequantize(quantize_int8(params["layers"][name]))) for name in ("wq", "wk", "wv", "wo")}
-    expected = forward(config, {**params, "layers": {**params["layers"], **rounded}}, PROMPT)
+    expected = forward(config, {**served_head(runner, params), "layers": {**params["layers"], **rounded}}, PROMPT)
     assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4
 
 

@@ -42,6 +42,24 @@ somewhere up the hill. People said that you could tell the season by the way the
 the harbour wall: sharp and restless in winter, slow and heavy in the long days of summer."""
 
 
+# The second text (issue 27's "two texts"): instructions and numbers rather than narrative,
+# also written for this test.
+SECOND_TEXT = """To replace the filter in a kitchen water jug, first empty the jug and rinse it with cold water.
+Take the old filter out by pulling it straight up; do not twist it, because the clips on the side can
+break. Soak the new filter in a bowl of water for fifteen minutes, then hold it under the tap for another
+thirty seconds so that the loose carbon dust is washed away. Push the filter into the funnel until you
+hear a click. Fill the jug and pour away the first two fillings, since they may still carry a little
+dust. A filter lasts for about one hundred litres, which is roughly four weeks for a family of three
+that drinks six litres a day. If your water is very hard, change it after three weeks instead. The
+small dial on the lid helps you remember: turn it to the date on which the filter should next be
+changed. Keep the jug in the fridge in summer and out of direct sunlight the rest of the year, and wash
+the lid and the jug by hand once a week with warm water and a drop of mild soap. Never put the filter
+itself in the dishwasher. Used filters can be returned to most supermarkets, where the carbon and the
+plastic are separated and recycled. If the water ever tastes of plastic or smells of chlorine, the
+filter may be the wrong model for your jug: check the code printed on its base against the list in the
+booklet, and contact the maker if the two do not match."""
+
+
 def test_auto_is_int8_for_gguf_files_on_cpu_and_none_otherwise():
     assert jax.default_backend() == "cpu"
     assert resolve_quantization("auto", "gguf") == "int8"
@@ -82,11 +100,12 @@ def log_likelihoods(logits, targets):
     return shifted[np.arange(len(targets)), targets] - log_normalizers
 
 
-@pytest.mark.parametrize("chunk", [512, 1])
-def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tokenizer, chunk):
+@pytest.mark.parametrize("text, chunk", [(TEXT, 512), (TEXT, 1), (SECOND_TEXT, 512)])
+def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tokenizer, text, chunk):
     """Scored in one prefill (matrix products) and token by token for a stretch (matrix-vector
-    products, where the int8 weights are widened inside the product)."""
-    ids = smollm2_tokenizer.encode(TEXT)
+    products, where the int8 weights are widened inside the product; on a CPU with the native
+    kernels, widened in registers, with the head in bfloat16), on two texts."""
+    ids = smollm2_tokenizer.encode(text)
     assert 300 <= len(ids) <= 500
     ids = ids if chunk > 1 else ids[:64]
     engine = EngineConfig(max_model_len=512, max_num_seqs=1, max_num_batched_tokens=512, num_pages=40)

@@ -4,13 +4,16 @@
   every kernel is tested against.
 - `mosaic_gpu` (engine/device/attention/mosaic_gpu.py): a Pallas Mosaic GPU kernel for Hopper.
   Asked for on a CPU it runs in GPU interpret mode: slow, for tests only.
+- `native_cpu` (engine/device/attention/native_cpu.py): the reference with its decode rows read by
+  the native CPU kernel (engine/device/native). CPUs only, plain attention in float32.
 - `ragged_tpu` (engine/device/attention/ragged_tpu.py): JAX's own Pallas TPU kernel, over a cache
   kept as one interleaved array per layer (engine/device/kv_cache.py `LayerKVCache`). TPUs only:
   JAX's TPU interpret mode cannot run it.
 
 `auto` takes the GPU kernel on a GPU when it serves the model's shape (`mosaic_gpu.supports`)
 and passes its start-up check (engine/device/attention/probe.py), the TPU kernel on a TPU when it
-serves the shape, and the reference otherwise: a float32 run on a GPU keeps XLA's exact
+serves the shape, the native CPU kernel where the engine runs the native kernels (`native`),
+and the reference otherwise: a float32 run on a GPU keeps XLA's exact
 arithmetic, which GPU-against-CPU parity checks rely on. The GPU kernel asked for by name
 on a GPU must pass the same check, or the engine does not start.
 
@@ -32,23 +35,30 @@ import jax
 from jax.sharding import Mesh, PartitionSpec
 
 from engine.config import ATTENTIONS
-from engine.device.attention import mosaic_gpu, ragged_tpu
+from engine.device.attention import mosaic_gpu, native_cpu, ragged_tpu
+from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.probe import DEFAULT_BUCKETS, kernel_problem
 from engine.device.attention.ragged_tpu import ragged_tpu_attention
 from engine.device.attention.reference import paged_attention as reference_attention
 from engine.device.sharding import TENSOR_AXIS
 
 IMPLEMENTATIONS = ATTENTIONS
-AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU = ATTENTIONS
+AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
 log = logging.getLogger("flint")
 
 
-def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int) -> str:
-    """The implementation `name` stands for on this backend: auto becomes one of the others."""
+def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
+            native: bool = False) -> str:
+    """The implementation `name` stands for on this backend: auto becomes one of the others.
+    `native`: the engine runs the native CPU kernels (engine/device/native resolve)."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
+    if name == NATIVE_CPU and not (native and native_cpu.supports(dtype, head_dim, page_size)):
+        raise ValueError("attention native_cpu needs the native CPU kernels (cpu_kernels auto or native, on a CPU "
+                         "where they were built), float32, a head_dim of 32, 64, 128 or 256 and pages of at "
+                         "most 256 tokens")
     if name != AUTO:
         return name
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
@@ -56,6 +66,8 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
         return MOSAIC_GPU
     if on_tpu() and ragged_tpu.supports(*shape):
         return RAGGED_TPU
+    if native and native_cpu.supports(dtype, head_dim, page_size):
+        return NATIVE_CPU
     return REFERENCE
 
 
@@ -88,18 +100,19 @@ class AttentionChoice:
 
 
 def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
-           buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS, plain: bool = True) -> AttentionChoice:
+           buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS, plain: bool = True,
+           native: bool = False) -> AttentionChoice:
     """What `requested` stands for here, after the kernel's start-up check at the engine's
     `buckets` ((tokens, rows) of its smallest and largest). A model whose attention is not
     `plain` (a sliding window, soft-capped scores) gets the reference, which has both."""
     if not plain:
-        if requested in (MOSAIC_GPU, RAGGED_TPU):
+        if requested in (MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU):
             raise ValueError(f"attention {requested} has no sliding window or soft-capping, and this model uses "
                              "them: use auto or reference")
         resolve(requested, dtype, head_dim, num_heads, num_kv_heads, page_size)  # the name's check
         return AttentionChoice(requested, REFERENCE)
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
-    name = resolve(requested, *shape)
+    name = resolve(requested, *shape, native=native)
     problem = start_up_problem(name, requested, *shape, buckets=buckets)
     if problem is None:
         return AttentionChoice(requested, name)
@@ -127,6 +140,8 @@ def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) ->
     """The attention function of a resolved implementation name, laid over `mesh`."""
     if name == REFERENCE:
         return reference_attention
+    if name == NATIVE_CPU:
+        return native_cpu_attention  # one device: the native kernels run on a one-device mesh
     if name == RAGGED_TPU:
         if not on_tpu():
             raise ValueError(f"attention {RAGGED_TPU} runs on TPUs only, and JAX sees {jax.default_backend()} "

@@ -1,0 +1,34 @@
+"""The reference attention (reference.py) with its decode path through the native CPU kernel
+(engine/device/native): each single-token row's cached keys and values are read page by
+page where they lie, with the online softmax kept per (token, KV head), instead of being
+gathered into a copy and reduced by broadcast products. Prompt chunks (dense rows) and the
+step's own keys stay in jnp. Served for plain attention in float32 (`supports`): no window,
+no soft-capping, a head_dim of 32, 64, 128 or 256.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from engine.device.attention.reference import paged_attention as reference_attention
+from engine.device.native import ops as native_ops
+
+
+HEAD_DIMS = (32, 64, 128, 256)  # the kernel's instantiations (cpu_kernels.cc attend_one_for)
+MAX_PAGE_SIZE = 256
+
+
+def supports(dtype, head_dim: int, page_size: int) -> bool:
+    return jnp.dtype(dtype) == jnp.float32 and head_dim in HEAD_DIMS and page_size <= MAX_PAGE_SIZE
+
+
+def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, context_lens, first_keys, softcap=None):
+    """reference.attend_to_cache's softmax state, by the kernel (plain attention only)."""
+    if first_keys is not None or softcap is not None:
+        raise ValueError("the native CPU attention serves no window or soft-capping (choose() gives the reference)")
+    tables = block_tables[jnp.maximum(token_rows, 0)]  # padding tokens read row 0, at a context of 0
+    return native_ops.decode_attention(q, k_cache, v_cache, layer, tables, context_lens)
+
+
+def native_cpu_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float):
+    return reference_attention(q, k, v, k_cache, v_cache, layer, batch, scale, read_cached=attend_to_cache)

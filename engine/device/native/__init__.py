@@ -1,0 +1,54 @@
+"""Flint's native CPU kernels (cpu_kernels.cc), registered with XLA's FFI.
+
+setup.py builds the library at install time with the machine's compiler, as an optional
+extension: where it could not be built (no compiler, or a platform it does not compile
+on), `available()` is False and the engine serves with the jnp code the kernels replace,
+which also stays their reference (tests/engine/test_native_cpu.py). FLINT_NATIVE_CPU=0
+hides a built library, so both paths can be run on one machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import jax
+
+from engine.config import CPU_KERNELS
+
+log = logging.getLogger("flint")
+
+AUTO, NATIVE, JNP = CPU_KERNELS
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the library was built here and its kernels are registered for the CPU."""
+    if os.environ.get("FLINT_NATIVE_CPU", "1") == "0":
+        return False
+    try:
+        from engine.device.native import _cpu_kernels
+    except ImportError as error:
+        log.info("Flint's native CPU kernels are not built (%s): the jnp path serves", error)
+        return False
+    for name, handler in _cpu_kernels.targets().items():
+        jax.ffi.register_ffi_target(name, handler, platform="cpu")
+    return True
+
+
+def resolve(requested: str, backend: str, mesh_size: int = 1) -> str:
+    """What `requested` stands for: NATIVE or JNP. auto is native on a CPU backend with
+    one device where the library is built; native asked for where it cannot run fails."""
+    if requested not in CPU_KERNELS:
+        raise ValueError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, not {requested!r}")
+    if requested == JNP:
+        return JNP
+    problem = (f"the backend is {backend}, not cpu" if backend != "cpu"
+               else f"the mesh has {mesh_size} devices (the kernels run on one)" if mesh_size != 1
+               else None if available() else "the library was not built (setup.py; FLINT_NATIVE_CPU=0 hides it)")
+    if problem is None:
+        return NATIVE
+    if requested == NATIVE:
+        raise ValueError(f"cpu_kernels native cannot run here: {problem}")
+    return JNP

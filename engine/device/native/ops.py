@@ -1,0 +1,102 @@
+"""The native kernels as JAX operations (jax.ffi calls of cpu_kernels.cc's targets).
+
+- `linear`: x [tokens, in] (float32) times a `NativeWeight`: int8 with group scales, or
+  bfloat16, of a stack of layers read at a traced `layer` in place. A scan over the layers
+  passes the whole stack and the index, where slicing a layer out would copy it.
+- `decode_attention`: each token's softmax state over its cached keys, read page by page
+  where they lie (engine/device/attention/native_cpu.py merges it with the step's keys).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from engine.device.weights import Int8Weight
+
+LANES = 16  # the widest SIMD the library may be built for: every vectorized width is a multiple
+ROW_TILE = 4  # output rows per register tile
+# The most tokens a product goes through the kernel for. Up to here it is bound by reading
+# the weights, which the kernel does in place and at the memory's rate; past it the product
+# is bound by arithmetic, where XLA's blocked matmul on the widened layer is faster
+# (BENCHMARKS.md, issue 27).
+MOST_TOKENS = int(os.environ.get("FLINT_NATIVE_MOST_TOKENS", 16))
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class NativeWeight:
+    """A matrix [out, in] of a stack [layers, out, in] the kernel reads at `layer`."""
+
+    values: jax.Array  # int8 or bfloat16 [layers, out, in]
+    scales: jax.Array | None  # float32 [layers, out, in // group] for int8; None for bfloat16
+    layer: jax.Array  # int32 []
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape[-2:]
+
+
+def serves(weight) -> bool:
+    """Whether the linear kernel serves `weight` (an Int8Weight or array, stacked over
+    layers): whole register tiles of rows and SIMD widths of inputs and groups."""
+    if isinstance(weight, Int8Weight):
+        out, width = weight.values.shape[-2:]
+        group = width // weight.scales.shape[-1]
+        return out % ROW_TILE == 0 and width % LANES == 0 and group % LANES == 0
+    out, width = weight.shape[-2:]
+    return weight.dtype == jnp.bfloat16 and out % ROW_TILE == 0 and width % LANES == 0
+
+
+def at_layer(weight, layer) -> NativeWeight:
+    """`weight` (stacked, served by the kernel) read at `layer`; a matrix is a stack of one."""
+    layer = jnp.asarray(layer, jnp.int32)
+    if isinstance(weight, Int8Weight):
+        return NativeWeight(values=weight.values, scales=weight.scales, layer=layer)
+    return NativeWeight(values=weight, scales=None, layer=layer)
+
+
+def takes(tokens: int, weight: NativeWeight) -> bool:
+    """Whether a product of `tokens` rows goes through the kernel: int8 up to MOST_TOKENS;
+    bfloat16 (the head) always, as XLA would first widen all of it to float32."""
+    return weight.scales is None or tokens <= MOST_TOKENS
+
+
+def sliced(weight: NativeWeight):
+    """The layer's matrix out of the stack (an Int8Weight, or a bfloat16 array), for XLA."""
+    if weight.scales is None:
+        return weight.values[weight.layer]
+    return Int8Weight(values=weight.values[weight.layer], scales=weight.scales[weight.layer])
+
+
+def registered() -> None:
+    """The kernels' targets registered with XLA (once), before a program names one."""
+    from engine.device import native
+
+    if not native.available():
+        raise RuntimeError("Flint's native CPU kernels are not built here (engine/device/native)")
+
+
+def linear(x, weight: NativeWeight):
+    """x [tokens, in] times the weight's matrix, in float32 [tokens, out]."""
+    registered()
+    out = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
+    x = x.astype(jnp.float32)
+    if weight.scales is None:
+        return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
+    return jax.ffi.ffi_call("flint_linear_int8", out)(x, weight.values, weight.scales, weight.layer)
+
+
+def decode_attention(q, k_cache, v_cache, layer, tables, context_lens):
+    """Softmax state (max, normaliser, weighted values) of queries q [t, kv, group, d],
+    already scaled, over each token's first `context_lens` [t] cached keys, whose pages are
+    `tables` [t, pages]; k_cache, v_cache: [layers, pages, page_size, kv, d] float32."""
+    registered()
+    stats = jax.ShapeDtypeStruct(q.shape[:3], jnp.float32)
+    weighted = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    return jax.ffi.ffi_call("flint_decode_attention", (stats, stats, weighted))(
+        q.astype(jnp.float32), k_cache, v_cache, jnp.asarray(layer, jnp.int32), tables.astype(jnp.int32),
+        context_lens.astype(jnp.int32))

@@ -1,0 +1,169 @@
+"""The native CPU kernels (engine/device/native) against the jnp code they replace.
+
+Each kernel is compared with its reference on random inputs: the int8 and bfloat16
+products over token counts that fill whole register tiles, partial ones and the path
+through a widened buffer; layers of a stack read in place under a scan; the decode
+attention over scattered pages, contexts on page edges, empty rows and padding. Then a
+model on the kernels against the same model on jnp, through ModelRunner, and the engine's
+choice of path: native where the library is built, jnp where it is hidden
+(FLINT_NATIVE_CPU=0, as on a machine without a compiler), and refused by name where it
+cannot run. CI runs the rest of the suite on the native path (the default), so both paths
+are tested there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from attention_cases import chunked_prompt_logits, make_step
+from numpy_reference import served_head
+
+from engine.config import EngineConfig, ModelConfig
+from engine.device import native
+from engine.device.attention import NATIVE_CPU, REFERENCE, choose
+from engine.device.attention.native_cpu import native_cpu_attention
+from engine.device.attention.reference import paged_attention
+from engine.device.native import ops
+from engine.device.weights import Int8Weight, dequantize, quantize_int8
+from engine.models.params import random_params
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU kernels were not built here")
+
+SCALE = 0.125
+
+
+def random_matrix(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 33])
+@pytest.mark.parametrize("out,width", [(96, 64), (40, 192), (12, 576)])
+def test_int8_product_matches_the_widened_weights(tokens, out, width):
+    # One token to 33: a register tile of up to 4 tokens widens in registers; more tokens
+    # widen each tile of rows once into a buffer, with a partial tile at the end.
+    weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)))
+    x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
+    for layer in range(3):
+        expected = x @ dequantize(Int8Weight(weight.values[layer], weight.scales[layer])).T
+        got = ops.linear(x, ops.at_layer(weight, layer))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("tokens", [1, 6])
+def test_bfloat16_product_matches_the_widened_weights(tokens):
+    weight = jnp.asarray(random_matrix((64, 128), seed=1), jnp.bfloat16)
+    x = jnp.asarray(random_matrix((tokens, 128), seed=2))
+    expected = x @ weight.astype(jnp.float32).T
+    got = ops.linear(x, ops.at_layer(weight, 0))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
+
+
+def test_a_scan_reads_each_layer_of_the_stack():
+    """The index traced by a scan picks the layer: layer i's product, not layer 0's."""
+    weight = quantize_int8(jnp.asarray(random_matrix((4, 32, 64), seed=5)))
+    x = jnp.asarray(random_matrix((2, 64), seed=6))
+
+    def body(_, layer):
+        return None, ops.linear(x, ops.at_layer(weight, layer))
+
+    _, per_layer = jax.jit(lambda: jax.lax.scan(body, None, jnp.arange(4)))()
+    for layer in range(4):
+        expected = x @ dequantize(Int8Weight(weight.values[layer], weight.scales[layer])).T
+        np.testing.assert_allclose(np.asarray(per_layer[layer]), np.asarray(expected), rtol=1e-5, atol=1e-4)
+
+
+def test_the_kernel_serves_whole_tiles_only():
+    assert ops.serves(quantize_int8(jnp.zeros((2, 8, 128))))
+    assert not ops.serves(quantize_int8(jnp.zeros((2, 6, 128))))  # rows not a whole register tile
+    assert not ops.serves(quantize_int8(jnp.zeros((2, 8, 40))))  # a width of no whole SIMD vectors
+    assert not ops.serves(jnp.zeros((8, 128), jnp.float32))  # float32 weights stay with XLA
+
+
+def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None,
+                    seed=0):
+    num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
+    step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
+                     num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
+    operands = [jnp.asarray(a) for a in (step.q, step.k, step.v, step.k_cache, step.v_cache)]
+    got = np.asarray(native_cpu_attention(*operands, step.layer, step.batch, SCALE))
+    expected = np.asarray(paged_attention(*operands, step.layer, step.batch, SCALE))
+    real = step.batch.token_rows >= 0
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got[real], expected[real], rtol=2e-5, atol=2e-5)
+
+
+def test_decode_rows_of_ragged_lengths():
+    check_attention([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (300, 1)])
+
+
+@pytest.mark.parametrize("page_size", [8, 16, 32])
+def test_decode_rows_on_page_edges(page_size):
+    rows = [(page_size - 1, 1), (page_size, 1), (page_size + 1, 1), (3 * page_size, 1)]
+    check_attention(rows, page_size=page_size, seed=page_size)
+
+
+@pytest.mark.parametrize("num_heads,num_kv,head_dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32), (2, 1, 256)])
+def test_query_groups_and_head_dims(num_heads, num_kv, head_dim):
+    check_attention([(3, 1), (21, 1), (70, 1)], num_heads=num_heads, num_kv=num_kv, head_dim=head_dim,
+                    seed=num_heads)
+
+
+def test_mixed_step_and_padding():
+    # Decode rows through the kernel beside prompt chunks through jnp, in a padded bucket.
+    check_attention([(12, 1), (0, 9), (33, 1), (40, 6)], num_tokens=32, num_rows=8, seed=1)
+
+
+def test_a_model_on_the_kernels_matches_the_model_on_jnp():
+    """Through ModelRunner, int8: a prompt in two chunks, then a decode. The kernels keep the
+    tied embedding and head in bfloat16, so jnp gets the same values, rounded."""
+    config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=192, num_layers=3, num_heads=4,
+                         num_kv_heads=2, head_dim=32)
+    params = random_params(config, seed=3)
+    native_logits, runner = chunked_prompt_logits(config, "auto", params, quantization="int8", cpu_kernels="native")
+    assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
+    assert runner.state["embed"][...].dtype == jnp.bfloat16
+    jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",
+                                               cpu_kernels="jnp")
+    assert runner.state["embed"][...].dtype == jnp.float32
+    assert (runner.cpu_kernels, runner.attention) == ("jnp", REFERENCE)
+    np.testing.assert_allclose(native_logits, jnp_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_native_attention_is_refused_where_it_cannot_serve():
+    with pytest.raises(ValueError, match="native_cpu"):
+        choose(NATIVE_CPU, "float32", 64, 4, 2, 16, native=False)
+    with pytest.raises(ValueError, match="native_cpu"):
+        choose(NATIVE_CPU, "bfloat16", 64, 4, 2, 16, native=True)
+    # A sliding window or soft-capping: the reference, which has both.
+    assert choose("auto", "float32", 64, 4, 2, 16, plain=False, native=True).in_use == REFERENCE
+
+
+def test_cpu_kernels_native_fails_by_name_off_a_cpu_or_on_a_mesh():
+    assert native.resolve("auto", "gpu") == native.JNP
+    assert native.resolve("auto", "cpu", mesh_size=2) == native.JNP
+    with pytest.raises(ValueError, match="the backend is gpu"):
+        native.resolve("native", "gpu")
+    with pytest.raises(ValueError, match="cpu_kernels must be one of"):
+        EngineConfig(cpu_kernels="fast")
+
+
+def test_a_hidden_library_falls_back_to_jnp():
+    """FLINT_NATIVE_CPU=0 stands for a machine where the library was not built: auto is jnp
+    and the attention the reference; native asked for by name is refused."""
+    script = (
+        "from engine.device import native\n"
+        "assert not native.available()\n"
+        "assert native.resolve('auto', 'cpu') == 'jnp'\n"
+        "try:\n"
+        "    native.resolve('native', 'cpu')\n"
+        "except ValueError as error:\n"
+        "    assert 'not built' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('native resolved without the library')\n")
+    env = {"FLINT_NATIVE_CPU": "0", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env)
