@@ -114,8 +114,8 @@ async def stream_completion(client: httpx.AsyncClient, body: dict) -> Reply:
 
 
 def completion_body(model_id: str, prompt: list[int], max_tokens: int, temperature: float = 0.0) -> dict:
-    return {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    return {"model": model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
 
 
 async def closed_loop(url: str, bodies: list[list[dict]]) -> Run:

@@ -60,7 +60,7 @@ def degraded(smollm2_tokenizer):
 
     patch = pytest.MonkeyPatch()  # undone once the engine has loaded and its background compile ended
     patch.setattr(lifecycle, "compile_remaining", out_of_memory)
-    patch.setattr(attention, "resolve", lambda name, *shape: attention.MOSAIC_GPU)  # as `auto` on a GPU
+    patch.setattr(attention, "resolve", lambda name, *shape, **options: attention.MOSAIC_GPU)  # as `auto` on a GPU
     patch.setattr(attention, "kernel_problem", lambda *args: "RuntimeError: ptxas rejected it")
     with TestClient(app=create_app(Settings(engine=THREE_BUCKETS), engine_factory=engine_factory)) as client:
         try:

@@ -100,11 +100,16 @@ def log_likelihoods(logits, targets):
     return shifted[np.arange(len(targets)), targets] - log_normalizers
 
 
-@pytest.mark.parametrize("text, chunk", [(TEXT, 512), (TEXT, 1), (SECOND_TEXT, 512)])
-def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tokenizer, text, chunk):
+GATE_CASES = [(TEXT, 512, "auto"), (TEXT, 1, "auto"), (SECOND_TEXT, 512, "auto"), (TEXT, 512, "jnp"),
+              (SECOND_TEXT, 512, "jnp")]
+
+
+@pytest.mark.parametrize("text, chunk, cpu_kernels", GATE_CASES)
+def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tokenizer, text, chunk, cpu_kernels):
     """Scored in one prefill (matrix products) and token by token for a stretch (matrix-vector
-    products, where the int8 weights are widened inside the product; on a CPU with the native
-    kernels, widened in registers, with the head in bfloat16), on two texts."""
+    products, where the int8 weights are widened inside the product), on two texts; with the
+    native CPU kernels where they are built (auto: int8 widened in registers, the head in
+    bfloat16) and on the jnp path."""
     ids = smollm2_tokenizer.encode(text)
     assert 300 <= len(ids) <= 500
     ids = ids if chunk > 1 else ids[:64]
@@ -112,7 +117,8 @@ def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tok
     table = list(range(1, 33))
 
     def score(quantization):
-        runner = ModelRunner(smollm2_checkpoint.config, dataclasses.replace(engine, quantization=quantization),
+        runner = ModelRunner(smollm2_checkpoint.config,
+                             dataclasses.replace(engine, quantization=quantization, cpu_kernels=cpu_kernels),
                              smollm2_checkpoint.params)
         parts = [runner.hidden_logits([RowPlan(ids[start:start + chunk], start, table)])
                  for start in range(0, len(ids), chunk)]

@@ -102,12 +102,16 @@ def test_engine_parity_passes_cpu_against_cpu(tmp_path):
 def test_serve_smoke_answers_every_check(tmp_path):
     from gpu_serve import CHECKS
 
+    from engine.device import native
+
     result = run(sys.executable, "tools/gpu_serve.py", "--smoke", "--out", str(tmp_path / "serve.json"), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     serve = json.loads((tmp_path / "serve.json").read_text())
     assert serve["passed"] and serve["dtype"] == "float32"
     assert set(serve["checks"]) == {*CHECKS, "attention"}
-    assert "serving with reference" in serve["checks"]["attention"]["detail"]
+    # The CPU's attention: the native kernel where it was built, the jnp reference without it.
+    expected = "native_cpu" if native.available() else "reference"
+    assert f"serving with {expected} (expected {expected})" in serve["checks"]["attention"]["detail"]
 
 
 def test_the_environment_step_fails_on_another_jax_than_the_pinned_one(tmp_path):
