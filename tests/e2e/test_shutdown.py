@@ -33,10 +33,11 @@ def stream_events(response: httpx.Response):
 
 
 def refused_or_draining(base_url: str) -> bool:
-    """True once a new request cannot get in: the connection is refused, or answered 503."""
+    """True once a new request cannot get in: the connection is refused (or reset, when it sat
+    in the backlog as the listening socket closed), or answered 503."""
     try:
         return httpx.get(f"{base_url}/v1/models", timeout=2).status_code == 503
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
         return True
 
 
