@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 .PHONY: setup serve test codegen check-codegen bench bench-serve clean
 
 # ... and when the native CPU kernels change (setup.py builds them).
-$(INSTALLED): pyproject.toml setup.py engine/device/native/cpu_kernels.cc
+$(INSTALLED): pyproject.toml setup.py $(wildcard engine/device/native/*.cc engine/device/native/*.h)
 	@test -n "$(PYTHON)" || { echo "no Python 3.12 found (tools/find_python.sh)" >&2; exit 1; }
 	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.12") if sys.version_info < (3, 12) else None'
 	$(PYTHON) -m venv $(VENV)

@@ -1,4 +1,4 @@
-"""The build of Flint's one native part: the CPU kernels (engine/device/native/cpu_kernels.cc).
+"""The build of Flint's one native part: the CPU kernels (engine/device/native/*.cc).
 
 Everything else is in pyproject.toml. The kernels are an optional extension: where the
 machine has no C++ compiler the install goes on without them, and the engine serves with
@@ -31,7 +31,8 @@ class BuildWithXlaHeaders(build_ext):
 march = os.environ.get("FLINT_NATIVE_MARCH", "native")
 kernels = Extension(
     "engine.device.native._cpu_kernels",
-    sources=[str(NATIVE / "cpu_kernels.cc")],
+    sources=[str(NATIVE / name) for name in ("linear.cc", "attention.cc", "module.cc")],
+    depends=[str(NATIVE / "simd.h")],
     language="c++",
     extra_compile_args=["-O3", f"-march={march}", "-std=c++17", "-fvisibility=hidden", "-Wno-attributes",
                         "-Wno-return-type"],

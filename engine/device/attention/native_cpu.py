@@ -14,7 +14,7 @@ from engine.device.attention.reference import paged_attention as reference_atten
 from engine.device.native import ops as native_ops
 
 
-HEAD_DIMS = (32, 64, 128, 256)  # the kernel's instantiations (cpu_kernels.cc attend_one_for)
+HEAD_DIMS = (32, 64, 128, 256)  # the kernel's instantiations (attention.cc attend_one_for)
 MAX_PAGE_SIZE = 256
 
 

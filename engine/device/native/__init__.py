@@ -1,4 +1,4 @@
-"""Flint's native CPU kernels (cpu_kernels.cc), registered with XLA's FFI.
+"""Flint's native CPU kernels (linear.cc, attention.cc, one library with module.cc), registered with XLA's FFI.
 
 setup.py builds the library at install time with the machine's compiler, as an optional
 extension: where it could not be built (no compiler, or a platform it does not compile

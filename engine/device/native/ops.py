@@ -1,4 +1,4 @@
-"""The native kernels as JAX operations (jax.ffi calls of cpu_kernels.cc's targets).
+"""The native kernels as JAX operations (jax.ffi calls of the targets linear.cc and attention.cc define).
 
 - `linear`: x [tokens, in] (float32) times a `NativeWeight`: int8 with group scales, or
   bfloat16, of a stack of layers read at a traced `layer` in place. A scan over the layers

@@ -1,0 +1,165 @@
+// Flint's native decode attention, called from jitted JAX programs through XLA's FFI
+// (engine/device/attention/native_cpu.py).
+//
+// XLA's CPU backend gathers a decode token's cached pages into a copy, then runs
+// broadcast-reduce products over it. This kernel reads each page where it lies, with the
+// online softmax kept per (token, KV head) and the output in registers. The jnp reference
+// stays the definition: tests/engine/test_native_cpu.py compares the two.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "simd.h"
+
+using namespace flint;
+
+namespace {
+
+// Each decode token's attention to its cached context: the online-softmax state (max,
+// normaliser, weighted values) over the cached keys only, which the caller merges with the
+// step's own keys (engine/device/attention/reference.py).
+
+struct CacheView {
+  const float* k;  // [pages, page_size, kv_heads, d] of one layer
+  const float* v;
+  int64_t pages, page_size, kv_heads, d;
+
+  int64_t offset(int64_t page, int64_t slot, int64_t head) const {
+    return ((page * page_size + slot) * kv_heads + head) * d;
+  }
+};
+
+constexpr int64_t kMaxPageSize = 256;
+
+// exp of each lane, for x <= 0 (scores less their running max), to about float32's
+// precision: exp(x) = 2^n exp(r) with n = round(x / ln 2), |r| <= ln 2 / 2, and exp(r) by a
+// degree-7 polynomial (Cephes' expf coefficients). Below -87 (and at -inf) it is 0.
+inline fvec exp_lanes(fvec x) {
+  const fvec clamped = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const ivec n = -__builtin_convertvector(splat(0.5f) - clamped * splat(1.44269504088896341f), ivec);
+  const fvec nf = __builtin_convertvector(n, fvec);
+  const fvec r = clamped - nf * splat(0.693359375f) + nf * splat(2.12194440e-4f);
+  fvec y = splat(1.9875691500e-4f);
+  y = y * r + splat(1.3981999507e-3f);
+  y = y * r + splat(8.3334519073e-3f);
+  y = y * r + splat(4.1665795894e-2f);
+  y = y * r + splat(1.6666665459e-1f);
+  y = y * r + splat(5.0000001201e-1f);
+  y = y * r * r + r + splat(1.0f);
+  const ivec bits = (n + 127) << 23;
+  fvec two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return x < splat(-87.0f) ? splat(0.0f) : y * two_n;
+}
+
+// One (token, KV head): each of its `group` queries against the first `context` cached keys
+// of `table`, a page at a time, the output kept in registers (DV vectors of head_dim).
+template <int DV>
+void attend_one(const CacheView& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
+                int64_t head, int64_t group, float* m, float* l, float* acc) {
+  constexpr int64_t d = DV * kLanes;
+  const int64_t page_size = cache.page_size;
+  const int64_t num_pages = std::min(table_len, (context + page_size - 1) / page_size);
+  alignas(64) float scores[kMaxPageSize + kLanes];
+  for (int64_t g = 0; g < group; ++g) {
+    fvec query[DV], out[DV] = {};
+    for (int i = 0; i < DV; ++i) query[i] = load(q + g * d + i * kLanes);
+    float running_max = -std::numeric_limits<float>::infinity(), normaliser = 0.0f;
+    for (int64_t j = 0; j < num_pages; ++j) {
+      int64_t page = table[j];
+      if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
+      const int64_t keys = std::min(page_size, context - j * page_size);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < keys; ++s) {
+        const float* key = cache.k + cache.offset(page, s, head);
+        fvec partial = query[0] * load(key);
+        for (int i = 1; i < DV; ++i) partial += query[i] * load(key + i * kLanes);
+        scores[s] = sum(partial);
+        block_max = std::max(block_max, scores[s]);
+      }
+      for (int64_t s = keys; s < ((keys + kLanes - 1) / kLanes) * kLanes; ++s)
+        scores[s] = -std::numeric_limits<float>::infinity();  // whole vectors below; exp gives 0
+      const float new_max = std::max(running_max, block_max);
+      const float rescale = std::exp(running_max - new_max);  // 0 at the first page (-inf)
+      fvec total{};
+      for (int64_t s = 0; s < keys; s += kLanes) {
+        const fvec p = exp_lanes(load(scores + s) - splat(new_max));
+        std::memcpy(scores + s, &p, sizeof p);
+        total += p;
+      }
+      for (int i = 0; i < DV; ++i) out[i] *= splat(rescale);
+      for (int64_t s = 0; s < keys; ++s) {
+        const float* value = cache.v + cache.offset(page, s, head);
+        const fvec p = splat(scores[s]);
+        for (int i = 0; i < DV; ++i) out[i] += p * load(value + i * kLanes);
+      }
+      normaliser = normaliser * rescale + sum(total);
+      running_max = new_max;
+    }
+    m[g] = running_max;
+    l[g] = normaliser;
+    for (int i = 0; i < DV; ++i) std::memcpy(acc + g * d + i * kLanes, &out[i], sizeof out[i]);
+  }
+}
+
+using AttendOne = void (*)(const CacheView&, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                           float*, float*, float*);
+
+AttendOne attend_one_for(int64_t head_dim) {
+  switch (head_dim) {
+    case 32: return attend_one<32 / kLanes>;
+    case 64: return attend_one<64 / kLanes>;
+    case 128: return attend_one<128 / kLanes>;
+    case 256: return attend_one<256 / kLanes>;
+    default: return nullptr;
+  }
+}
+
+ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k_cache,
+                           ffi::Buffer<ffi::F32> v_cache, ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> tables,
+                           ffi::Buffer<ffi::S32> context_lens, ffi::ResultBuffer<ffi::F32> m,
+                           ffi::ResultBuffer<ffi::F32> l, ffi::ResultBuffer<ffi::F32> acc) {
+  auto qd = q.dimensions();      // [tokens, kv_heads, group, d]
+  auto cd = k_cache.dimensions();  // [layers, pages, page_size, kv_heads, d]
+  const int64_t tokens = qd[0], kv_heads = qd[1], group = qd[2], d = qd[3];
+  if (cd.size() != 5 || cd[3] != kv_heads || cd[4] != d)
+    return ffi::Error::InvalidArgument("flint_decode_attention: cache and queries disagree");
+  const AttendOne attend = attend_one_for(d);
+  if (attend == nullptr || cd[2] > kMaxPageSize)
+    return ffi::Error::InvalidArgument("flint_decode_attention: head_dim or page size not served");
+  const int64_t layer_index = std::clamp<int64_t>(layer.typed_data()[0], 0, cd[0] - 1);
+  const int64_t layer_size = cd[1] * cd[2] * cd[3] * cd[4];
+  CacheView cache{k_cache.typed_data() + layer_index * layer_size, v_cache.typed_data() + layer_index * layer_size,
+                  cd[1], cd[2], kv_heads, d};
+  const int64_t table_len = tables.dimensions()[1];
+  const float* queries = q.typed_data();
+  const int32_t* table_data = tables.typed_data();
+  const int32_t* contexts = context_lens.typed_data();
+  float *m_out = m->typed_data(), *l_out = l->typed_data(), *acc_out = acc->typed_data();
+  parallel_for(pool, tokens * kv_heads, [&](int64_t task) {
+    const int64_t token = task / kv_heads, head = task % kv_heads;
+    const int64_t context = std::max<int32_t>(contexts[token], 0);
+    const int64_t at = task * group;
+    attend(cache, queries + at * d, table_data + token * table_len, table_len, context, head, group, m_out + at,
+           l_out + at, acc_out + at * d);
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintDecodeAttention, DecodeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -1,0 +1,203 @@
+// Flint's native int8 (and bfloat16) product, called from jitted JAX programs through XLA's
+// FFI (engine/device/native/ops.py linear).
+//
+// XLA's CPU backend widens int8 weights to float32 in memory before a product reads them
+// (about half of a one-token step on jax 0.11). This product widens them in registers and
+// reads a layer of the stacked weights in place, at the scan's traced index; the same code
+// serves a bfloat16 head. The jnp code it replaces stays the reference:
+// tests/engine/test_native_cpu.py compares the two.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "simd.h"
+
+using namespace flint;
+
+namespace {
+
+// Tokens per register tile: 4 rows x 4 tokens hold 16 of AVX-512's 32 registers, 4 x 2 hold
+// 8 of AVX2's 16.
+constexpr int kTokenTile = kLanes == 16 ? 4 : 2;
+constexpr int kRowTile = 4;  // output rows per register tile
+constexpr int64_t kPrefetchRows = 2 * kRowTile;  // how far ahead the weights are prefetched
+
+// y [tokens, n] = x [tokens, k] times a weight [n, k]: int8 with a float32 scale per group
+// of `group` inputs of each row (engine/device/weights.py Int8Weight), or bfloat16.
+
+struct Int8Rows {
+  const int8_t* values;  // [n, k]
+  const float* scales;   // [n, k / group]
+  int64_t k, group;
+
+  float scale(int64_t row, int64_t g) const { return scales[row * (k / group) + g]; }
+  fvec at(int64_t row, int64_t i) const { return widen(values + row * k + i); }
+  static constexpr int64_t kLineElements = 64;  // a cache line of int8
+  void prefetch(int64_t row, int64_t i) const { __builtin_prefetch(values + row * k + i); }
+};
+
+struct Bf16Rows {
+  const uint16_t* values;  // [n, k]
+  int64_t k, group;        // group == k: one implicit scale of 1 per row
+
+  float scale(int64_t, int64_t) const { return 1.0f; }
+  fvec at(int64_t row, int64_t i) const { return widen(values + row * k + i); }
+  static constexpr int64_t kLineElements = 32;  // a cache line of bfloat16
+  void prefetch(int64_t row, int64_t i) const { __builtin_prefetch(values + row * k + i); }
+};
+
+// kRowTile rows from `row` times TT tokens from `token`, widening the weights in registers:
+// the form for few tokens, where the product is bound by reading the weights.
+template <int TT, typename Rows>
+void tile_in_registers(const Rows& w, const float* x, int64_t n, int64_t row, int64_t token, float* y) {
+  fvec acc[kRowTile][TT] = {};
+  const int64_t groups = w.k / w.group;
+  for (int64_t g = 0; g < groups; ++g) {
+    fvec scale[kRowTile];
+    for (int r = 0; r < kRowTile; ++r) scale[r] = splat(w.scale(row + r, g));
+    const int64_t group_end = (g + 1) * w.group;
+    for (int64_t line = g * w.group; line < group_end; line += Rows::kLineElements) {
+      // The rows a few tiles on, a cache line at a time as this tile reaches it: the
+      // hardware prefetcher alone falls behind one stream per row.
+      for (int r = 0; r < kRowTile; ++r) w.prefetch(row + kPrefetchRows + r, line);
+      for (int64_t i = line; i < std::min(line + Rows::kLineElements, group_end); i += kLanes) {
+        fvec xs[TT];
+        for (int t = 0; t < TT; ++t) xs[t] = load(x + (token + t) * w.k + i);
+        for (int r = 0; r < kRowTile; ++r) {
+          fvec weight = w.at(row + r, i) * scale[r];
+          for (int t = 0; t < TT; ++t) acc[r][t] += weight * xs[t];
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kRowTile; ++r)
+    for (int t = 0; t < TT; ++t) y[(token + t) * n + row + r] = sum(acc[r][t]);
+}
+
+// kRowTile rows already widened into `rows` [kRowTile, k] times TT tokens from `token`.
+template <int TT>
+void tile_from_buffer(const float* rows, int64_t k, const float* x, int64_t n, int64_t row, int64_t token,
+                      float* y) {
+  fvec acc[kRowTile][TT] = {};
+  for (int64_t i = 0; i < k; i += kLanes) {
+    fvec xs[TT];
+    for (int t = 0; t < TT; ++t) xs[t] = load(x + (token + t) * k + i);
+    for (int r = 0; r < kRowTile; ++r) {
+      fvec weight = load(rows + r * k + i);
+      for (int t = 0; t < TT; ++t) acc[r][t] += weight * xs[t];
+    }
+  }
+  for (int r = 0; r < kRowTile; ++r)
+    for (int t = 0; t < TT; ++t) y[(token + t) * n + row + r] = sum(acc[r][t]);
+}
+
+template <int TT, typename Rows>
+void tile(const Rows& w, const float* x, int64_t n, int64_t row, int64_t token, float* y, const float* buffer) {
+  if (buffer == nullptr) {
+    tile_in_registers<TT>(w, x, n, row, token, y);
+  } else {
+    tile_from_buffer<TT>(buffer, w.k, x, n, row, token, y);
+  }
+}
+
+// Every token times the kRowTile rows from `row`. With more tokens than one register tile
+// the rows are widened once into `buffer` and every tile reads them from there.
+template <typename Rows>
+void rows_times_tokens(const Rows& w, const float* x, int64_t tokens, int64_t n, int64_t row, float* y,
+                       std::vector<float>& buffer) {
+  const float* widened = nullptr;
+  if (tokens > kTokenTile) {
+    buffer.resize(kRowTile * w.k);
+    for (int r = 0; r < kRowTile; ++r)
+      for (int64_t i = 0; i < w.k; i += kLanes) {
+        fvec weight = w.at(row + r, i) * splat(w.scale(row + r, i / w.group));
+        std::memcpy(buffer.data() + r * w.k + i, &weight, sizeof weight);
+      }
+    widened = buffer.data();
+  }
+  int64_t token = 0;
+  for (; token + kTokenTile <= tokens; token += kTokenTile) tile<kTokenTile>(w, x, n, row, token, y, widened);
+  switch (tokens - token) {  // the last, partial tile
+    case 3: tile<3>(w, x, n, row, token, y, widened); break;
+    case 2: tile<2>(w, x, n, row, token, y, widened); break;
+    case 1: tile<1>(w, x, n, row, token, y, widened); break;
+    default: break;
+  }
+}
+
+constexpr int64_t kRowsPerChunk = 64;  // output rows a thread takes at a time
+
+template <typename Rows>
+void matmul(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n, float* y) {
+  const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
+  parallel_for(pool, chunks, [&](int64_t chunk) {
+    std::vector<float> buffer;
+    const int64_t end = std::min(n, (chunk + 1) * kRowsPerChunk);
+    for (int64_t row = chunk * kRowsPerChunk; row < end; row += kRowTile)
+      rows_times_tokens(w, x, tokens, n, row, y, buffer);
+  });
+}
+
+// A weight's matrix: the last two dimensions; a leading one is the layers of a stack, of
+// which `layer` is read in place (a scan over layers would otherwise copy each one out).
+template <typename Dims>
+int64_t clamp_layer(const Dims& dims, int32_t layer) {
+  if (dims.size() < 3) return 0;
+  return std::clamp<int64_t>(layer, 0, dims[0] - 1);
+}
+
+ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
+  if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
+  if (n % kRowTile != 0 || k % kLanes != 0 || group % kLanes != 0 || k % group != 0)
+    return ffi::Error::InvalidArgument("flint_linear: shape not served by the native kernel");
+  return ffi::Error::Success();
+}
+
+ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> values,
+                      ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  auto dims = values.dimensions();
+  auto scale_dims = scales.dimensions();
+  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t n = dims[dims.size() - 2], k_weight = dims[dims.size() - 1];
+  const int64_t groups = scale_dims[scale_dims.size() - 1];
+  if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
+  const int64_t group = k_weight / groups;
+  if (auto error = check_shapes(k, n, k_weight, group); error.failure()) return error;
+  const int64_t index = clamp_layer(dims, layer.typed_data()[0]);
+  Int8Rows w{values.typed_data() + index * n * k, scales.typed_data() + index * n * groups, k, group};
+  matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
+  return ffi::Error::Success();
+}
+
+ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> values,
+                      ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  auto dims = values.dimensions();
+  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t n = dims[dims.size() - 2], k_weight = dims[dims.size() - 1];
+  if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
+  const int64_t index = clamp_layer(dims, layer.typed_data()[0]);
+  Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
+  matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearBf16, LinearBf16,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

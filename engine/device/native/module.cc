@@ -1,0 +1,41 @@
+// The native CPU kernels' library is a Python module (setup.py builds linear.cc, attention.cc
+// and this file as one): `targets()` gives each kernel's FFI handler as a capsule, for
+// jax.ffi.register_ffi_target (engine/device/native/__init__.py).
+
+#include <Python.h>
+
+#include <utility>
+
+#include "xla/ffi/api/c_api.h"
+
+extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
+
+static PyObject* Targets(PyObject*, PyObject*) {
+  PyObject* targets = PyDict_New();
+  const std::pair<const char*, XLA_FFI_Handler*> handlers[] = {
+      {"flint_linear_int8", FlintLinearInt8},
+      {"flint_linear_bf16", FlintLinearBf16},
+      {"flint_decode_attention", FlintDecodeAttention},
+  };
+  for (const auto& [name, handler] : handlers) {
+    PyObject* capsule = PyCapsule_New(reinterpret_cast<void*>(handler), nullptr, nullptr);
+    if (capsule == nullptr || PyDict_SetItemString(targets, name, capsule) != 0) {
+      Py_XDECREF(capsule);
+      Py_DECREF(targets);
+      return nullptr;
+    }
+    Py_DECREF(capsule);
+  }
+  return targets;
+}
+
+static PyMethodDef kMethods[] = {
+    {"targets", Targets, METH_NOARGS, "The kernels' FFI handlers by target name, as capsules."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_cpu_kernels", nullptr, -1, kMethods};
+
+PyMODINIT_FUNC PyInit__cpu_kernels(void) { return PyModule_Create(&kModule); }

@@ -1,0 +1,112 @@
+// What Flint's native CPU kernels share (linear.cc, attention.cc): SIMD vectors of float32
+// and the threading over XLA's intra-op pool.
+//
+// The SIMD is GCC's vector extensions: 16 lanes of float32 where AVX-512 is compiled in
+// (-march=native, at install time), 8 otherwise; the widenings and the horizontal sum are
+// spelled in intrinsics where GCC's generic forms go lane by lane.
+
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include <immintrin.h>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace flint {
+
+namespace ffi = xla::ffi;
+
+#ifdef __AVX512F__
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+
+typedef float fvec __attribute__((vector_size(kLanes * 4)));
+typedef int32_t ivec __attribute__((vector_size(kLanes * 4)));
+
+inline fvec load(const float* p) {
+  fvec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline fvec splat(float s) { return fvec{} + s; }
+
+inline float sum(fvec v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps((__m512)v);
+#else
+  float total = 0.0f;
+  for (int i = 0; i < kLanes; ++i) total += v[i];
+  return total;
+#endif
+}
+
+// kLanes int8 weights as float32. (GCC's __builtin_convertvector widens int8 to float
+// one lane at a time, so the widening is spelled out.)
+inline fvec widen(const int8_t* p) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  return (fvec)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  fvec v;
+  for (int i = 0; i < kLanes; ++i) v[i] = p[i];
+  return v;
+#endif
+}
+
+// kLanes bfloat16 weights as float32: a bfloat16 is a float32's upper half.
+inline fvec widen(const uint16_t* p) {
+#if defined(__AVX512F__)
+  __m512i bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+  return (fvec)_mm512_castsi512_ps(bits);
+#elif defined(__AVX2__)
+  __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+  return (fvec)_mm256_castsi256_ps(bits);
+#else
+  fvec v;
+  for (int i = 0; i < kLanes; ++i) {
+    uint32_t bits = uint32_t(p[i]) << 16;
+    std::memcpy(&v[i], &bits, 4);
+  }
+  return v;
+#endif
+}
+
+// Runs body(chunk) for chunk in [0, chunks) on the calling thread and XLA's intra-op pool.
+// Helpers claim chunks from a shared counter, so the caller waits only for chunks a helper
+// actually took: a helper the pool starts late finds none left and never touches `body`.
+// (Workers of the kernels' own that spin between calls, so as to join each call at once,
+// measured slower: on a small CPU they take cores from XLA's threads.)
+template <typename Body>
+void parallel_for(ffi::ThreadPool& pool, int64_t chunks, const Body& body) {
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks) - 1;
+  if (helpers <= 0) {
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) body(chunk);
+    return;
+  }
+  struct Claims {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> busy{0};
+  };
+  auto claims = std::make_shared<Claims>();
+  auto run = [claims, chunks, &body] {
+    claims->busy.fetch_add(1);
+    for (int64_t chunk; (chunk = claims->next.fetch_add(1)) < chunks;) body(chunk);
+    claims->busy.fetch_sub(1);
+  };
+  for (int64_t helper = 0; helper < helpers; ++helper) pool.Schedule(decltype(run)(run));
+  for (int64_t chunk; (chunk = claims->next.fetch_add(1)) < chunks;) body(chunk);
+  while (claims->busy.load() > 0) std::this_thread::yield();
+}
+
+
+}  // namespace flint
