@@ -142,8 +142,9 @@ def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) 
     return UNROLLED if backend == "gpu" else SCAN
 
 
-def layer_weights(stacked: dict, index: int) -> dict:
-    """Layer `index`'s weights out of the stacked ones, by static slices."""
+def layer_weights(stacked, index):
+    """Layer `index`'s weights out of the stacked ones (a pytree), by static slices, or by
+    dynamic ones where `index` is traced."""
     return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
 
 
@@ -154,7 +155,7 @@ def native_layer_weights(stacked: dict, index) -> dict:
     def at(weight):
         if isinstance(weight, Int8Weight) and native_ops.serves(weight):
             return native_ops.at_layer(weight, index)
-        return jax.tree_util.tree_map(lambda array: array[index], weight)
+        return layer_weights(weight, index)
 
     return {name: at(weight) for name, weight in stacked.items()}
 

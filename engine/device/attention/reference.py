@@ -147,22 +147,21 @@ def attend_to_dense_row(q, k_cache, v_cache, layer, table, in_row, context_lens,
     return jax.lax.fori_loop(first, last, read_block, empty_state(*q.shape, q.dtype))
 
 
-def attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap=None, read_cached=None):
+def attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap=None, read_cached=attend_to_cache):
     """Every token's attention to its cached context.
 
     A step of more tokens than rows (some row computes a chunk of several) splits the work:
     the first `rows` tokens, where the runner puts every single-token row, read token by
     token; each of the batch's `dense_rows` (its multi-token rows, engine/device/batch.py) reads
-    its pages once for all of its tokens. `read_cached` (default `attend_to_cache`) reads the
-    single-token rows: the native CPU kernel replaces it (engine/device/attention/native_cpu.py)."""
-    attend_to_cache_ = read_cached or attend_to_cache
+    its pages once for all of its tokens. `read_cached` reads the single-token rows: the
+    native CPU kernel replaces it (engine/device/attention/native_cpu.py)."""
     num_tokens, num_rows = q.shape[0], batch.block_tables.shape[0]
     if num_tokens <= num_rows:
-        return attend_to_cache_(q, k_cache, v_cache, layer, batch.block_tables, batch.token_rows, batch.context_lens,
+        return read_cached(q, k_cache, v_cache, layer, batch.block_tables, batch.token_rows, batch.context_lens,
                                first_keys, softcap)
     dense = (batch.token_rows[:, None] == batch.dense_rows[None, :]) & (batch.dense_rows[None, :] >= 0)
     sparse_lens = jnp.where(dense.any(-1), 0, batch.context_lens)[:num_rows]
-    sparse = attend_to_cache_(q[:num_rows], k_cache, v_cache, layer, batch.block_tables,
+    sparse = read_cached(q[:num_rows], k_cache, v_cache, layer, batch.block_tables,
                              batch.token_rows[:num_rows], sparse_lens,
                              None if first_keys is None else first_keys[:num_rows], softcap)
     padding = empty_state(num_tokens - num_rows, *q.shape[1:], q.dtype)
@@ -175,7 +174,7 @@ def attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap=Non
 
 
 def paged_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float, window=None, softcap=None,
-                    read_cached=None):
+                    read_cached=attend_to_cache):
     """Attention output [t, heads, d] for queries q [t, heads, d] and this step's k, v [t, kv, d].
 
     `window` (None: every key) may be traced, as a scan over layers gives it; `softcap` is

@@ -55,8 +55,50 @@ inline fvec exp_lanes(fvec x) {
   return x < splat(-87.0f) ? splat(0.0f) : y * two_n;
 }
 
+// The online-softmax state of one query over the keys folded in so far: the running max,
+// the normaliser and the weighted values (DV vectors of head_dim), in registers.
+template <int DV>
+struct SoftmaxState {
+  fvec out[DV] = {};
+  float running_max = -std::numeric_limits<float>::infinity();
+  float normaliser = 0.0f;
+};
+
+// Folds the first `keys` keys of `page` (KV head `head`) into `state` for `query`;
+// `scores` holds a page of scores and whole vectors past it.
+template <int DV>
+void fold_page(const CacheView& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
+               SoftmaxState<DV>& state) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < keys; ++s) {
+    const float* key = cache.k + cache.offset(page, s, head);
+    fvec partial = query[0] * load(key);
+    for (int i = 1; i < DV; ++i) partial += query[i] * load(key + i * kLanes);
+    scores[s] = sum(partial);
+    block_max = std::max(block_max, scores[s]);
+  }
+  for (int64_t s = keys; s < ((keys + kLanes - 1) / kLanes) * kLanes; ++s)
+    scores[s] = -std::numeric_limits<float>::infinity();  // whole vectors below; exp gives 0
+  const float new_max = std::max(state.running_max, block_max);
+  const float rescale = std::exp(state.running_max - new_max);  // 0 at the first page (-inf)
+  fvec total{};
+  for (int64_t s = 0; s < keys; s += kLanes) {
+    const fvec p = exp_lanes(load(scores + s) - splat(new_max));
+    std::memcpy(scores + s, &p, sizeof p);
+    total += p;
+  }
+  for (int i = 0; i < DV; ++i) state.out[i] *= splat(rescale);
+  for (int64_t s = 0; s < keys; ++s) {
+    const float* value = cache.v + cache.offset(page, s, head);
+    const fvec p = splat(scores[s]);
+    for (int i = 0; i < DV; ++i) state.out[i] += p * load(value + i * kLanes);
+  }
+  state.normaliser = state.normaliser * rescale + sum(total);
+  state.running_max = new_max;
+}
+
 // One (token, KV head): each of its `group` queries against the first `context` cached keys
-// of `table`, a page at a time, the output kept in registers (DV vectors of head_dim).
+// of `table`, a page at a time (DV vectors of head_dim).
 template <int DV>
 void attend_one(const CacheView& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
                 int64_t head, int64_t group, float* m, float* l, float* acc) {
@@ -65,43 +107,17 @@ void attend_one(const CacheView& cache, const float* q, const int32_t* table, in
   const int64_t num_pages = std::min(table_len, (context + page_size - 1) / page_size);
   alignas(64) float scores[kMaxPageSize + kLanes];
   for (int64_t g = 0; g < group; ++g) {
-    fvec query[DV], out[DV] = {};
+    fvec query[DV];
     for (int i = 0; i < DV; ++i) query[i] = load(q + g * d + i * kLanes);
-    float running_max = -std::numeric_limits<float>::infinity(), normaliser = 0.0f;
+    SoftmaxState<DV> state;
     for (int64_t j = 0; j < num_pages; ++j) {
       int64_t page = table[j];
       if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
-      const int64_t keys = std::min(page_size, context - j * page_size);
-      float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < keys; ++s) {
-        const float* key = cache.k + cache.offset(page, s, head);
-        fvec partial = query[0] * load(key);
-        for (int i = 1; i < DV; ++i) partial += query[i] * load(key + i * kLanes);
-        scores[s] = sum(partial);
-        block_max = std::max(block_max, scores[s]);
-      }
-      for (int64_t s = keys; s < ((keys + kLanes - 1) / kLanes) * kLanes; ++s)
-        scores[s] = -std::numeric_limits<float>::infinity();  // whole vectors below; exp gives 0
-      const float new_max = std::max(running_max, block_max);
-      const float rescale = std::exp(running_max - new_max);  // 0 at the first page (-inf)
-      fvec total{};
-      for (int64_t s = 0; s < keys; s += kLanes) {
-        const fvec p = exp_lanes(load(scores + s) - splat(new_max));
-        std::memcpy(scores + s, &p, sizeof p);
-        total += p;
-      }
-      for (int i = 0; i < DV; ++i) out[i] *= splat(rescale);
-      for (int64_t s = 0; s < keys; ++s) {
-        const float* value = cache.v + cache.offset(page, s, head);
-        const fvec p = splat(scores[s]);
-        for (int i = 0; i < DV; ++i) out[i] += p * load(value + i * kLanes);
-      }
-      normaliser = normaliser * rescale + sum(total);
-      running_max = new_max;
+      fold_page(cache, query, page, std::min(page_size, context - j * page_size), head, scores, state);
     }
-    m[g] = running_max;
-    l[g] = normaliser;
-    for (int i = 0; i < DV; ++i) std::memcpy(acc + g * d + i * kLanes, &out[i], sizeof out[i]);
+    m[g] = state.running_max;
+    l[g] = state.normaliser;
+    for (int i = 0; i < DV; ++i) std::memcpy(acc + g * d + i * kLanes, &state.out[i], sizeof state.out[i]);
   }
 }
 
@@ -130,7 +146,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   const AttendOne attend = attend_one_for(d);
   if (attend == nullptr || cd[2] > kMaxPageSize)
     return ffi::Error::InvalidArgument("flint_decode_attention: head_dim or page size not served");
-  const int64_t layer_index = std::clamp<int64_t>(layer.typed_data()[0], 0, cd[0] - 1);
+  const int64_t layer_index = layer_in_range(layer.typed_data()[0], cd[0]);
   const int64_t layer_size = cd[1] * cd[2] * cd[3] * cd[4];
   CacheView cache{k_cache.typed_data() + layer_index * layer_size, v_cache.typed_data() + layer_index * layer_size,
                   cd[1], cd[2], kv_heads, d};

@@ -140,14 +140,6 @@ void matmul(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens
   });
 }
 
-// A weight's matrix: the last two dimensions; a leading one is the layers of a stack, of
-// which `layer` is read in place (a scan over layers would otherwise copy each one out).
-template <typename Dims>
-int64_t clamp_layer(const Dims& dims, int32_t layer) {
-  if (dims.size() < 3) return 0;
-  return std::clamp<int64_t>(layer, 0, dims[0] - 1);
-}
-
 ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
   if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
   if (n % kRowTile != 0 || k % kLanes != 0 || group % kLanes != 0 || k % group != 0)
@@ -165,7 +157,9 @@ ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
   const int64_t group = k_weight / groups;
   if (auto error = check_shapes(k, n, k_weight, group); error.failure()) return error;
-  const int64_t index = clamp_layer(dims, layer.typed_data()[0]);
+  // A weight's matrix: the last two dimensions; a leading one is the layers of a stack, of
+  // which `layer` is read in place (a scan over layers would otherwise copy each one out).
+  const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
   Int8Rows w{values.typed_data() + index * n * k, scales.typed_data() + index * n * groups, k, group};
   matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
   return ffi::Error::Success();
@@ -177,7 +171,7 @@ ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
   const int64_t n = dims[dims.size() - 2], k_weight = dims[dims.size() - 1];
   if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
-  const int64_t index = clamp_layer(dims, layer.typed_data()[0]);
+  const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
   Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
   matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
   return ffi::Error::Success();

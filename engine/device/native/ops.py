@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import jax
@@ -23,7 +22,7 @@ ROW_TILE = 4  # output rows per register tile
 # the weights, which the kernel does in place and at the memory's rate; past it the product
 # is bound by arithmetic, where XLA's blocked matmul on the widened layer is faster
 # (BENCHMARKS.md, issue 27).
-MOST_TOKENS = int(os.environ.get("FLINT_NATIVE_MOST_TOKENS", 16))
+MOST_TOKENS = 16
 
 
 @jax.tree_util.register_dataclass
@@ -65,10 +64,9 @@ def takes(tokens: int, weight: NativeWeight) -> bool:
     return weight.scales is None or tokens <= MOST_TOKENS
 
 
-def sliced(weight: NativeWeight):
-    """The layer's matrix out of the stack (an Int8Weight, or a bfloat16 array), for XLA."""
-    if weight.scales is None:
-        return weight.values[weight.layer]
+def sliced(weight: NativeWeight) -> Int8Weight:
+    """The int8 layer's matrix out of the stack, for XLA (a bfloat16 weight never leaves the
+    kernel: `takes`)."""
     return Int8Weight(values=weight.values[weight.layer], scales=weight.scales[weight.layer])
 
 

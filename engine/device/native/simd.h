@@ -86,6 +86,10 @@ inline fvec widen(const uint16_t* p) {
 // actually took: a helper the pool starts late finds none left and never touches `body`.
 // (Workers of the kernels' own that spin between calls, so as to join each call at once,
 // measured slower: on a small CPU they take cores from XLA's threads.)
+// A traced layer index kept within the stack's `layers`: an out-of-range index reads the
+// nearest layer rather than past the buffer.
+inline int64_t layer_in_range(int32_t layer, int64_t layers) { return std::clamp<int64_t>(layer, 0, layers - 1); }
+
 template <typename Body>
 void parallel_for(ffi::ThreadPool& pool, int64_t chunks, const Body& body) {
   const int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks) - 1;
