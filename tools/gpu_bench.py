@@ -14,8 +14,10 @@ In one run, each figure against what the same run measured of the machine:
 - a jax.profiler trace of one decode step at 1 and at the largest concurrency: the shares
   of attention, matmuls, sampling, copies, other and idle (tools/gpu_trace.py). Copies over
   MAX_COPY_PCT of a step fail the run: every layer's weights were once copied at every step;
-- the layers' matmuls alone through each form of the layer loop, scan and unrolled, at 1
-  and at the largest concurrency, against reading their weights once (tools/gpu_layer_loop.py);
+- the layers' matmuls alone (the first 8 layers) through each form of the layer loop, a scan,
+  static slices of stacks and arrays of their own, inside a loop of rounds as the engine's
+  step, at 1 and at the largest concurrency, against reading their weights once
+  (tools/gpu_layer_loop.py);
 - the attention kernel alone on decode steps of 1 and 256 sequences at contexts of 512 and
   4,096, in GB/s of keys and values read (tools/gpu_attention.py).
 It writes DIR/gpu_check.json and DIR/gpu_check.md after every figure (a run cut short keeps
@@ -144,13 +146,13 @@ def build_engine(settings: Settings, record: dict) -> Engine:
     model = SHAPES[settings.shape]
     mesh = make_mesh(config)
     started = time.perf_counter()
+    cache = compilation_cache_dir()  # filled before the engine's kernel probe writes to it
+    warm_cache = cache is not None and Path(cache).is_dir() and any(Path(cache).iterdir())
     params = random_device_params(model, settings.dtype, param_shardings(model, mesh, param_specs(model)))
     engine = random_engine(model, config, params, mesh)
     del params  # the runner holds the fused, served weights; the drawn ones can go
     jax.block_until_ready(engine.runner.state)
     gpu_report.put(record, "weights_s", time.perf_counter() - started, "random weights drawn on the device (s)")
-    cache = compilation_cache_dir()
-    warm_cache = cache is not None and any(Path(cache).iterdir())
     seconds = engine.runner.warmup(lambda line: print(line, flush=True))
     source = f", loaded from {cache}, which an earlier call filled" if warm_cache else ""
     gpu_report.put(record, "compile_s", seconds, f"compile of the buckets {list(config.token_buckets)}{source} (s)")
@@ -228,14 +230,17 @@ def measure_attention(engine: Engine, settings: Settings, bandwidth: float, reco
 
 
 def measure_layer_loops(engine: Engine, settings: Settings, bandwidth: float, record: dict) -> None:
+    layers = min(gpu_layer_loop.TIMED_LAYERS, engine.model_config.num_layers)
     read_ms = 1e3 * gpu_layer_loop.weight_bytes(engine) / bandwidth
-    gpu_report.put(record, "layers_read_ms", read_ms, "the layers' projection and MLP weights read once (ms)")
+    gpu_report.put(record, "layers_read_ms", read_ms,
+                   f"the first {layers} layers' projection and MLP weights read once (ms)")
     figures = gpu_layer_loop.time_layer_loops(engine, profile_rows(settings), settings.repeats)
+    engine_form = gpu_layer_loop.ENGINE_FORM[engine.runner.layer_loop]
     for key, value in figures.items():
         form, what = key.split("_")[1], key.split("_", 2)[2]
-        chosen = " (the engine's)" if form == engine.runner.layer_loop else ""
-        label = (f"compile of the layers' matmuls, {form} loop (s)" if what == "compile_s" else
-                 f"the layers' matmuls alone, {form} loop{chosen}, {what[:-3]} rows (ms)")
+        chosen = " (the engine's)" if form == engine_form else ""
+        label = (f"compile of {layers} layers' matmuls, {form} loop (s)" if what == "compile_s" else
+                 f"{layers} layers' matmuls alone, {form} loop{chosen}, {what[:-3]} rows (ms)")
         gpu_report.put(record, key, value, label)
 
 

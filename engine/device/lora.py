@@ -139,7 +139,10 @@ def check_fits(adapter: LoraAdapter, model: ModelConfig, engine: EngineConfig) -
 
 def write_slot(weight: jax.Array, slot, value: jax.Array, num_slots: int) -> jax.Array:
     """`weight` (a lora_a [layers, in, modules x slots x rank] or lora_b [layers, slots x
-    rank, out]) with slot `slot` replaced by `value` (slot_values' shape)."""
+    rank, out]) with slot `slot` replaced by `value` (slot_values' shape); or one layer's of
+    each, without the leading axis (the layers stored one array per layer)."""
+    if weight.ndim == 2:
+        return write_slot(weight[None], slot, value[None], num_slots)[0]
     if weight.ndim == 3 and value.ndim == 4:  # A: the slot is the middle of the last axis's (modules, slots, rank)
         layers, inner, modules, rank = value.shape
         grid = weight.reshape(layers, inner, modules, num_slots, rank)

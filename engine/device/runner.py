@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import UNROLLED, EngineConfig, ModelConfig
 from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
@@ -36,7 +36,7 @@ from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, toke
 from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
-from engine.models.layers import layer_loop_for
+from engine.models.layers import layer_key, layer_loop_for
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
@@ -269,9 +269,13 @@ class ModelRunner:
     def _write_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
         values = slot_values(adapter, self.model_config, self.config)
         layers = self.state["layers"]
+        per_layer = self.layer_loop == UNROLLED  # the layers stored one array per layer (Layers)
         for name, value in values.items():
-            layers[name] = layers[name].replace(
-                self._write_slot(layers[name][...], np.int32(slot), value, self.config.max_loras))
+            targets = ([(layer_key(name, index), value[index]) for index in range(self.model_config.num_layers)]
+                       if per_layer else [(name, value)])
+            for key, part in targets:
+                layers[key] = layers[key].replace(
+                    self._write_slot(layers[key][...], np.int32(slot), part, self.config.max_loras))
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV pages (source, destination) on the device, in dispatch order: after every

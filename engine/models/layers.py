@@ -6,9 +6,13 @@ The layer loop takes the form that measures best on the backend (`layer_loop_for
 - "scan": a `lax.scan` over the stacked weights, compiled once instead of once per layer.
   On the CPU it is the fastest form (27 against 161 ms for an unrolled loop at batch 1,
   SmolLM2 in float32).
-- "unrolled": a Python loop that reads layer i as `stacked[i]`, a static slice. XLA's GPU
-  backend copies each layer's weights out of the stack before a scan's matmuls read them
-  (55% of an 8B decode step on an H100); a static slice is read where it lies.
+- "unrolled": a Python loop over layers whose weights are stored one array per layer
+  (`Layers(per_layer=True)`). XLA's GPU backend copies each layer's weights out of the stack
+  before a scan's matmuls read them (55% of an 8B decode step on an H100). A static slice
+  `stacked[i]` is read in place only outside a loop: the engine's step runs its rounds of
+  decode in a `fori_loop` (engine/device/runner.py), and inside it the static slices were
+  copied too (40.6% of the 8B's batch-1 step on an H100, 2026-11-27). Arrays of their own
+  are read where they lie wherever the loop runs.
 """
 
 from __future__ import annotations
@@ -114,15 +118,44 @@ def param_value(param):
 
 
 class Layers(nnx.Module):
-    """The decoder layers' weights (engine/device/weights.py), each stacked on a leading [layers] axis."""
+    """The decoder layers' weights (engine/device/weights.py): each stacked on a leading
+    [layers] axis, which a scan reads, or, for the unrolled loop, one array per layer
+    (`per_layer`; the module's docstring says why)."""
 
-    def __init__(self, weights: dict):
-        for name, value in weights.items():
-            setattr(self, name, as_param(value))
+    def __init__(self, weights: dict, per_layer: bool = False):
+        """Takes each stack out of `weights` as it stores it, so that splitting a stack into
+        layers holds one stack beside the layers at a time, not a second copy of the model."""
+        self.per_layer = per_layer
+        self.names = tuple(weights)
+        for name in self.names:
+            stack = weights.pop(name)
+            if not per_layer:
+                setattr(self, name, as_param(stack))
+                continue
+            for index in range(jax.tree_util.tree_leaves(stack)[0].shape[0]):
+                setattr(self, layer_key(name, index), as_param(layer_weights(stack, index)))
+            del stack
 
     def stacked(self) -> dict:
+        """Every weight, stacked on its leading [layers] axis (a scan's form)."""
+        assert not self.per_layer, "the layers are stored one array per layer"
+        return self._params()
+
+    def layer(self, index: int) -> dict:
+        """Layer `index`'s weights, each an array of its own (the unrolled loop's form)."""
+        assert self.per_layer, "the layers are stored stacked"
+        params = self._params()
+        return {name: params[layer_key(name, index)] for name in self.names}
+
+    def _params(self) -> dict:
         return {name: param_value(param) for name, param in vars(self).items()
                 if isinstance(param, (nnx.Param, QuantizedParam))}
+
+
+def layer_key(name: str, index: int) -> str:
+    """The attribute, and key in the model's state, of weight `name`'s layer `index` when
+    the layers are stored one array per layer."""
+    return f"{name}_{index}"
 
 
 def layer_loop_for(requested: str, backend: str, cache_per_layer: bool = False) -> str:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from engine.config import SCAN, ModelConfig
+from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
 from engine.device.native import ops as native_ops
@@ -31,7 +31,6 @@ from engine.device.weights import Int8Weight
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
     Layers,
-    layer_weights,
     linear,
     mlp,
     native_layer_weights,
@@ -75,7 +74,7 @@ class Llama(nnx.Module):
         self.final_norm = nnx.Param(weights["final_norm"])
         self.lm_head = nnx.Param(jnp.asarray(weights["lm_head"], head_dtype)) if "lm_head" in weights else None
         self.rope_freq_factors = nnx.Param(weights["rope_freq_factors"]) if "rope_freq_factors" in weights else None
-        self.layers = Layers(weights["layers"])
+        self.layers = Layers(weights["layers"], per_layer=layer_loop == UNROLLED)
 
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
@@ -88,10 +87,11 @@ class Llama(nnx.Module):
         the layers route to experts (None otherwise: `feed_forward`'s second value)."""
         x = replace_embeddings(self.embed_tokens(batch.token_ids), batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
-        stacked = self.layers.stacked()
         adapters = row_adapters(self.config, batch.row_adapters, batch.token_rows, self.lora_slots)
         step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope(), adapters)
         if self.layer_loop == SCAN:
+            stacked = self.layers.stacked()
+
             def scanned(carry, weights):
                 x, cache, index = carry
                 if weights is None:  # the native kernels read the stacked weights at the index
@@ -104,8 +104,8 @@ class Llama(nnx.Module):
                                                      length=self.config.num_layers)
         else:
             routings = []
-            for index in range(self.config.num_layers):  # a static index: a static slice of each weight
-                x, kv_cache, routing = self.layer(x, kv_cache, index, layer_weights(stacked, index), step)
+            for index in range(self.config.num_layers):  # each layer's weights, arrays of their own
+                x, kv_cache, routing = self.layer(x, kv_cache, index, self.layers.layer(index), step)
                 routings.append(routing)
             routing = None if routings[0] is None else jnp.stack(routings)
         routing = None if routing is None else routing.transpose(1, 0, 2)  # [layers, tokens, k] -> by token

@@ -154,6 +154,21 @@ def test_auto_takes_the_kernel_only_on_gpus_for_shapes_it_serves():
         resolve("flash", "bfloat16", 128, 32, 8, 16)
 
 
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_every_row_store_starts_where_tma_may_read_shared_memory(group):
+    """The output rows of a tile go out in power-of-two pieces from any row: each must start
+    128-byte aligned in shared memory, or the copy faults (an H100, GQA groups 1 and 3,
+    2026-11-27). Checked for every count of rows a tile can hold, in both buffers."""
+    from engine.device.attention.mosaic_gpu import LSE_COLUMNS, TILE_ROWS, TMA_SMEM_ALIGNMENT, store_pieces
+
+    row_bytes = [4 * LSE_COLUMNS] + [4 * head_dim for head_dim in (64, 128, 256)]  # float32 rows
+    for count in range(group, TILE_ROWS // group * group + 1, group):
+        pieces = [(first, size) for first, size, present in store_pieces(count) if present]
+        assert sum(size for _, size in pieces) == count and pieces[0][0] == 0
+        for first, _ in pieces:
+            assert all(first * width % TMA_SMEM_ALIGNMENT == 0 for width in row_bytes), (count, first)
+
+
 SERVING = EngineConfig()  # the default buckets (1 token, then 4 to 512) and rows of `flint serve`
 LOWERED_SHAPES = ([(32, 8, 128, tokens) for tokens in SERVING.token_buckets]  # Llama-3-8B: every bucket
                   + [(9, 3, 64, tokens) for tokens in (1, SERVING.token_buckets[-1])])  # SmolLM2: both ends
@@ -253,6 +268,7 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
     assert choice.in_use == REFERENCE and "no sm_90a" in choice.fallback
     assert "no sm_90a" in caplog.text
     # Asked for by name off a GPU: GPU interpret mode, with no compiler of the machine's to check.
+    monkeypatch.setattr(attention, "on_gpu", lambda: False)
     assert attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16) == attention.AttentionChoice(
         MOSAIC_GPU, MOSAIC_GPU)
     # Asked for by name on a GPU: checked, and a failure stops the start with the reason.

@@ -1,10 +1,13 @@
 """The forward's loop over layers (engine/models/llama.py): a scan on the CPU, unrolled on GPUs.
 
 XLA's GPU backend copied every layer's weights out of the stacked arrays before a scan's
-matmuls read them: 55% of an 8B decode step on an H100 (issue 24). The GPU's form must read
+matmuls read them: 55% of an 8B decode step on an H100 (issue 24). Static slices of the
+stacks copied too, inside the step's loop over decode rounds (40.6% of the step, measured
+2026-11-27). The GPU's form stores each layer's weights as arrays of their own and must read
 them where they lie. This is checked on the structure of the program, from any machine: the
-decode step that a GPU compiles, lowered here, takes no dynamic slice of a stacked weight.
-The same check finds the slices in the scan, so putting the scan back on GPUs fails it.
+decode step that a GPU compiles, lowered here, slices no weight at all, statically or
+dynamically. The same check finds the slices in the scan, and static ones wherever they are,
+so putting either form back on GPUs fails it.
 """
 
 from __future__ import annotations
@@ -35,23 +38,29 @@ def runner_with(layer_loop: str, quantization: str = "none", cpu_kernels: str = 
     return ModelRunner(TINY, config, random_params(TINY, seed=4))
 
 
-def stacked_weight_types(runner: ModelRunner) -> set[str]:
-    """The MLIR tensor types (`3x64x32xf32`) of the stacked per-layer weights."""
+def weight_types(runner: ModelRunner) -> set[str]:
+    """The MLIR tensor types (`3x64x32xf32`) of the layers' matrices as the state holds them
+    (stacked, or one array per layer)."""
     leaves = jax.tree_util.tree_leaves(runner.state["layers"])
-    return {"x".join(map(str, leaf.shape)) + "x" + _mlir_dtype(leaf.dtype) for leaf in leaves}
+    return {tensor_type(leaf) for leaf in leaves if leaf.ndim >= 2}
 
 
-def _mlir_dtype(dtype) -> str:
-    return {"float32": "f32", "bfloat16": "bf16", "int8": "i8"}[np.dtype(dtype).name]
+def tensor_type(array) -> str:
+    return "x".join(map(str, array.shape)) + "x" + {"float32": "f32", "bfloat16": "bf16", "int8": "i8"}[
+        np.dtype(array.dtype).name]
 
 
-def weights_sliced_dynamically(runner: ModelRunner) -> set[str]:
-    """The stacked weights that the one-token decode step takes a dynamic slice of."""
+def sliced_types(module: str) -> set[str]:
+    """The operand types of every static or dynamic slice in a lowered module's text."""
+    return set(re.findall(r"stablehlo\.(?:dynamic_)?slice [^\n]*?: \(tensor<([0-9a-z]+)>", module))
+
+
+def weights_sliced(runner: ModelRunner) -> set[str]:
+    """The layers' matrices that the one-token decode step takes a slice of."""
     batch = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), runner._empty_batch(1))
     steps = jax.ShapeDtypeStruct((), np.int32)
     module = runner._step.lower(runner.state, runner._abstract_kv_cache, batch, steps).as_text()
-    sliced = set(re.findall(r"stablehlo\.dynamic_slice [^\n]*?: \(tensor<([0-9a-z]+)>", module))
-    return sliced & stacked_weight_types(runner)
+    return sliced_types(module) & weight_types(runner)
 
 
 def test_gpus_unroll_the_layers_and_other_backends_scan():
@@ -69,9 +78,21 @@ def test_gpus_unroll_the_layers_and_other_backends_scan():
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_the_gpus_decode_step_reads_every_weight_where_it_lies(quantization):
     gpu_form = runner_with(layer_loop_for("auto", "gpu"), quantization)
-    assert weights_sliced_dynamically(gpu_form) == set()
+    assert weights_sliced(gpu_form) == set()
+    per_layer = weight_types(gpu_form)  # arrays of their own: no leading [layers] axis
+    assert per_layer and all(not shape.startswith(f"{TINY.num_layers}x") for shape in per_layer), per_layer
     # The detector sees the copies' cause where it is: the scan slices every stacked weight.
-    assert weights_sliced_dynamically(runner_with(SCAN, quantization)) == stacked_weight_types(gpu_form)
+    scan = runner_with(SCAN, quantization)
+    assert weights_sliced(scan) == weight_types(scan)
+
+
+def test_the_detector_sees_static_slices_of_a_stack():
+    """The form the GPU served before 2026-11-27: `stacked[i]`, a static slice, which XLA's
+    GPU backend copied inside the step's loop over decode rounds."""
+    stacked = jax.ShapeDtypeStruct((TINY.num_layers, 64, 32), np.float32)
+    module = jax.jit(lambda weights, x: sum(x @ weights[i] for i in range(TINY.num_layers))).lower(
+        stacked, jax.ShapeDtypeStruct((1, 64), np.float32)).as_text()
+    assert "3x64x32xf32" in sliced_types(module)
 
 
 def test_the_native_cpu_kernels_read_int8_layers_in_place_under_the_scan():
@@ -80,10 +101,9 @@ def test_the_native_cpu_kernels_read_int8_layers_in_place_under_the_scan():
     if not native.available():
         pytest.skip("the native CPU kernels were not built here")
     runner = runner_with(SCAN, "int8", cpu_kernels="native")
-    int8_stacks = {"x".join(map(str, leaf.shape)) + "x" + _mlir_dtype(leaf.dtype)
-                   for name in ("wqkv", "wo", "w_gate_up", "w_down")
+    int8_stacks = {tensor_type(leaf) for name in ("wqkv", "wo", "w_gate_up", "w_down")
                    for leaf in jax.tree_util.tree_leaves(runner.state["layers"][name])}
-    sliced = weights_sliced_dynamically(runner)
+    sliced = weights_sliced(runner)
     assert sliced and not sliced & int8_stacks, sliced
 
 

@@ -59,9 +59,10 @@ def test_the_adapter_s_config_and_tensors_are_read(adapters):
     assert not a[0].any() and a[1].any() and not b[0].any()  # layer 0 has no adapter: zeros
 
 
-def test_each_slot_s_logits_are_the_merged_weights_and_the_base_row_is_untouched(base, adapters):
+@pytest.mark.parametrize("layer_loop", ["scan", "unrolled"])  # the slots stacked, or one array per layer
+def test_each_slot_s_logits_are_the_merged_weights_and_the_base_row_is_untouched(base, adapters, layer_loop):
     runner = ModelRunner(base.config, EngineConfig(**{**LIMITS, "max_num_batched_tokens": 64}, max_loras=3,
-                                                   max_lora_rank=8), base.params)
+                                                   max_lora_rank=8, layer_loop=layer_loop), base.params)
     names = sorted(adapters)
     for slot, name in enumerate(names):
         runner.load_adapter(slot, adapters[name][0])

@@ -50,7 +50,12 @@ TILE_ROWS = 64  # query rows per program: wgmma's M
 SWIZZLE_BYTES = 128
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
-LSE_COLUMNS = 8  # copies of a row's log-sum-exp the kernel writes: 32 bytes, a TMA row's minimum is 16
+# Copies of a row's log-sum-exp the kernel writes: 128 bytes a row, so that every row of
+# lse_smem starts where a TMA copy out of shared memory may start (128-byte aligned). With 8
+# columns (32 bytes), the pieces `_store_rows` writes from an odd row faulted on an H100
+# (CUDA_ERROR_MISALIGNED_ADDRESS at GQA groups of 1 and 3, 2026-11-27).
+LSE_COLUMNS = 32
+TMA_SMEM_ALIGNMENT = 128  # bytes: where a TMA copy out of shared memory may start
 MAX_WGMMA_N = 256  # wgmma's largest N: the key block of Q K^T
 SMEM_BYTES = 227 * 1024  # an H100's shared memory per block
 REGISTER_BUDGET = 200  # 32-bit registers per thread for the program's arrays, of 255
@@ -296,15 +301,22 @@ def _weighted_values(shapes: _Shapes, weights, v_slot):
 def _store_rows(o_smem, out_rows, start: jax.Array, count: jax.Array):
     """Copy the first `count` rows of o_smem to out_rows[start:]: a TMA box has a static
     size, so the count is written as a sum of powers of two, one copy per set bit."""
-    copied = 0
-    size = TILE_ROWS
-    while size >= 1:
-        offset = copied
-
-        @pl.when((count & size) != 0)
+    for offset, size, present in store_pieces(count):
+        @pl.when(present)
         def _():
             plgpu.copy_smem_to_gmem(o_smem.at[pl.ds(offset, size)], out_rows.at[pl.ds(start + offset, size)])
 
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def store_pieces(count):
+    """(first row, rows, whether written) of each TMA copy `_store_rows` makes of `count`
+    rows (traced, or an int for tests): largest first, so a piece of `size` rows starts on a
+    multiple of 2 x size. A row of o_smem (head_dim floats) and of lse_smem (LSE_COLUMNS
+    floats) is a multiple of TMA_SMEM_ALIGNMENT bytes, so every piece starts aligned."""
+    pieces, copied, size = [], 0, TILE_ROWS
+    while size >= 1:
+        pieces.append((copied, size, (count & size) != 0))
         copied = copied + (count & size)
         size //= 2
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    return pieces
