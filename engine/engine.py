@@ -9,6 +9,7 @@ drives it from a background thread for the HTTP server.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,10 @@ from engine.host.scheduler import Scheduler, SchedulerOutput
 from engine.host.sequence import Sequence
 from engine.host.speculation import SpeculationConfig, follows_prediction
 from engine.host.validation import check_request
+from engine.loader import served_cache
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
+from engine.loader.kept import load_description, save_description
+from engine.loader.source import ModelSource, resolve_model
 from engine.rows import row_plan
 from engine.text.grammar import GrammarCompiler, accepts_prefix
 from engine.text.reasoning import answer_tokens
@@ -83,13 +87,14 @@ class EngineStats:
 class Engine:
     """A model, its KV cache and the queue of requests being generated."""
 
-    def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None):
-        quantization = resolve_quantization(config.quantization, checkpoint.source.format)
-        config = self.config = dataclasses.replace(config, quantization=quantization,
-                                                   dtype=resolve_dtype(config.dtype))
+    def __init__(self, checkpoint: Checkpoint, tokenizer: Tokenizer, config: EngineConfig, mesh=None,
+                 served: dict | None = None):
+        """`served`: the checkpoint's weights in their served form, made already (its
+        `params` are then not read)."""
+        config = self.config = served_config(config, checkpoint.source)
         self.model_config = checkpoint.config
         self.tokenizer = tokenizer
-        self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh)
+        self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh, served)
         self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching,
                                           window=checkpoint.config.shared_window(config.max_model_len),
                                           session_ttl=config.session_ttl)
@@ -109,16 +114,19 @@ class Engine:
                                              num_tokens=config.num_speculative_tokens)
 
     @classmethod
-    def from_model(cls, model: str | None = None, config: EngineConfig | None = None,
-                   report: Callable[[str], None] | None = None, compile_all: bool = True) -> Engine:
+    def from_model(cls, model: str | ModelSource | None = None, config: EngineConfig | None = None,
+                   report: Callable[[str], None] | None = None, compile_all: bool = True,
+                   kept_in: str | os.PathLike | None = None) -> Engine:
         """Load a checkpoint (the embedded model when None), build the engine, compile every
         bucket (or, with `compile_all` False, the essential ones: `compile_remaining` then
-        does the rest, while the engine already serves)."""
+        does the rest, while the engine already serves). `kept_in`: a directory where the
+        served weights are kept between starts (engine/loader/served_cache.py)."""
         config = config or EngineConfig()
         mesh = make_mesh(config)
-        checkpoint = load_checkpoint(model, shardings=lambda c, p: param_shardings(c, mesh, p))
-        engine = cls(checkpoint, tokenizer_for(checkpoint), config, mesh)
-        checkpoint.params = None  # the runner holds the served weights; let the loaded ones go
+        source = model if isinstance(model, ModelSource) else resolve_model(model, kept_in=kept_in)
+        checkpoint, tokenizer, served = load_for_serving(source, served_config(config, source), mesh, kept_in, report)
+        engine = cls(checkpoint, tokenizer, config, mesh, served)
+        checkpoint.params = served = None  # the runner holds the served weights; let the loaded ones go
         if report:
             report(engine.describe())
         engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets())
@@ -330,6 +338,33 @@ class Engine:
 def adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
     """The LoRA adapters `seqs` run with, by name, sorted (the base counts as none)."""
     return tuple(sorted({seq.adapter.name for seq in seqs if seq.adapter is not None}))
+
+
+def served_config(config: EngineConfig, source: ModelSource) -> EngineConfig:
+    """`config` with its dtype and quantization resolved for the checkpoint `source`."""
+    return dataclasses.replace(config, quantization=resolve_quantization(config.quantization, source.format),
+                               dtype=resolve_dtype(config.dtype))
+
+
+def load_for_serving(source: ModelSource, config: EngineConfig, mesh, kept_in,
+                     report: Callable[[str], None] | None = None) -> tuple[Checkpoint, Tokenizer, dict | None]:
+    """The checkpoint (its params None where the served weights are given), its tokenizer,
+    and its served weights where they were kept in `kept_in` (engine/loader/served_cache.py:
+    mapped, with the description engine/loader/kept.py keeps, and no checkpoint read) or are
+    to be kept there (made here and written); None where nothing is kept."""
+    entry = served_cache.entry_for(kept_in, source, config, mesh)
+    if entry is None:
+        checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p))
+        return checkpoint, tokenizer_for(checkpoint), None
+    served, description = served_cache.load(entry), load_description(kept_in, source.path)
+    if served is not None and description is not None:
+        if report:
+            report(f"the served weights and the model's description read from {kept_in}")
+        return Checkpoint(description.config, None, source), description.tokenizer, served
+    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p))
+    tokenizer = tokenizer_for(checkpoint)
+    save_description(kept_in, source.path, source.context_length, checkpoint.config, tokenizer)
+    return checkpoint, tokenizer, served_cache.make_and_keep(checkpoint, config, entry)
 
 
 def tokenizer_for(checkpoint: Checkpoint) -> Tokenizer:

@@ -17,7 +17,7 @@ from api.messages.errors import ANTHROPIC_ERRORS
 from api.responses import route as responses
 from api.routes import health, metrics, models, openapi
 from api.server.auth import api_key_guard
-from api.server.lifecycle import EngineFactory, EngineLifecycle, load_engine
+from api.server.lifecycle import EngineFactory, EngineLifecycle, kept_dir, load_engine
 from api.server.logs import logging_config
 from api.server.middleware import wrap_app
 from api.server.settings import Settings
@@ -46,7 +46,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
 
     The engine loads in the background after startup; `app.state.lifecycle` can be awaited
     (`wait_until_serving`) by callers that need it running."""
-    model = resolve_model(settings.model, settings.download)
+    model = resolve_model(settings.model, settings.download, kept_in=kept_dir(settings))
     settings = settings.served(model.context_length)
     server = ServerState(model=model, settings=settings)
     lifecycle = EngineLifecycle(server, settings, engine_factory)

@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import gc
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +38,8 @@ Result = TypeVar("Result")
 
 def load_engine(settings: Settings) -> Engine:
     """The engine for `settings.model` (the embedded model when None), compiled: its programs
-    loaded from `settings.compilation_cache` where they are there, and kept there.
+    loaded from `settings.compilation_cache` where they are there, and kept there, and its
+    served weights mapped from the data directory where an earlier start kept them.
 
     A single process compiles the essential buckets only, and the rest in the background
     once it serves. A multi-host group compiles every bucket here, on every process in the
@@ -47,7 +49,8 @@ def load_engine(settings: Settings) -> Engine:
     started = time.perf_counter()
     with CompileCounter() as counts:
         engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message),
-                                   compile_all=settings.topology is not None)
+                                   compile_all=settings.topology is not None,
+                                   kept_in=kept_dir(settings))
     log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
     return engine
 
@@ -61,6 +64,12 @@ def compile_remaining(engine: Engine) -> None:
 
 
 BACKGROUND_COMPILE_THREAD = "flint-compile"
+KEPT_DIR = "kept-models"  # under --data-dir: engine/loader/served_cache.py and kept.py
+
+
+def kept_dir(settings: Settings) -> str:
+    """Where the served weights and description of a model are kept between starts."""
+    return os.path.join(settings.data_dir, KEPT_DIR)
 
 
 def set_up_compilation_cache(directory: str | None) -> None:

@@ -45,13 +45,17 @@ from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
 class ModelRunner:
     """Owns the device state (weights, KV cache) and the compiled step of each bucket."""
 
-    def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict, mesh=None):
+    def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict | None, mesh=None,
+                 served: dict | None = None):
+        """The runner of checkpoint `params`, or of weights already in their served form
+        (`served`: `serving_weights`' result, as engine/loader/served_cache.py keeps it)."""
         self.model_config = model_config
         engine_config = dataclasses.replace(engine_config, dtype=resolve_dtype(engine_config.dtype))
         self.config = engine_config
         self.mesh = mesh if mesh is not None else make_mesh(engine_config)
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
-        weights = serving_weights(model_config, params, engine_config.dtype, engine_config.quantization)
+        weights = served if served is not None else serving_weights(model_config, params, engine_config.dtype,
+                                                                    engine_config.quantization)
         weights["layers"].update(empty_slots(model_config, engine_config, engine_config.dtype))
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,

@@ -30,7 +30,7 @@ class Checkpoint:
 
 
 def load_checkpoint(source: ModelSource | str | Path | None = None,
-                    shardings: Any = None) -> Checkpoint:
+                    shardings: Any = None, with_params: bool = True) -> Checkpoint:
     """Load the checkpoint at `source`: a path, a resolved ModelSource, or None (the embedded model).
 
     Without `shardings` the weights are host NumPy arrays. With them (a pytree of Shardings
@@ -38,6 +38,9 @@ def load_checkpoint(source: ModelSource | str | Path | None = None,
     such as `lambda c, p: engine.sharding.param_shardings(c, mesh, p)`), they are jax Arrays
     so placed: an Orbax checkpoint is read straight onto the devices, the other formats are
     loaded on the host first.
+    Without `with_params` (the served weights are kept, engine/loader/served_cache.py) a
+    GGUF or Hugging Face checkpoint's config and tokenizer metadata are read, its weights
+    not, and `params` is None.
     Raises ValueError naming the architecture, setting or weight it cannot load.
     """
     if not isinstance(source, ModelSource):
@@ -45,7 +48,9 @@ def load_checkpoint(source: ModelSource | str | Path | None = None,
     if source.format == "orbax":
         checkpoint = _load_orbax(source, shardings)
     else:
-        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source)
+        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source, with_params)
+    if checkpoint.params is None:
+        return checkpoint
     check_params(checkpoint.config, checkpoint.params)
     if shardings is not None and source.format != "orbax":
         checkpoint.params = _place(checkpoint.config, checkpoint.params, shardings)
@@ -72,23 +77,23 @@ def _place(config: ModelConfig, params: dict, shardings: Any) -> dict:
     return jax.tree.unflatten(treedef, placed)
 
 
-def _load_gguf(source: ModelSource) -> Checkpoint:
+def _load_gguf(source: ModelSource, with_params: bool = True) -> Checkpoint:
     from engine.loader.gguf import config_from_gguf, load_gguf_params, read_gguf
 
     reader = read_gguf(source.path)
     config = config_from_gguf(reader.fields, {t.name for t in reader.tensors})
-    params = load_gguf_params(reader, config)
+    params = load_gguf_params(reader, config) if with_params else None
     # The parsed header (and its views of the mapped file, ~200 MB resident for SmolLM2)
     # lives on only as long as this checkpoint's `gguf_fields`, not for the process.
     read_gguf.cache_clear()
     return Checkpoint(config, params, source, gguf_fields=reader.fields)
 
 
-def _load_hf(source: ModelSource) -> Checkpoint:
+def _load_hf(source: ModelSource, with_params: bool = True) -> Checkpoint:
     from engine.loader.hf import load_hf_config, load_hf_params
 
     config = load_hf_config(source.path)
-    return Checkpoint(config, load_hf_params(source.path, config), source)
+    return Checkpoint(config, load_hf_params(source.path, config) if with_params else None, source)
 
 
 def _load_orbax(source: ModelSource, shardings: Any) -> Checkpoint:

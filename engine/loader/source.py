@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -53,10 +54,13 @@ def embedded_gguf_path() -> Path:
     return Path(distribution.locate_file(ggufs[0]))
 
 
-def resolve_model(model: str | Path | None = None, download: bool = False) -> ModelSource:
+def resolve_model(model: str | Path | None = None, download: bool = False,
+                  kept_in: str | os.PathLike | None = None) -> ModelSource:
     """Describe the checkpoint at `model`, or the embedded one when it is None. A `model`
     that is no path but reads as a Hugging Face repo id is looked up in the local Hugging
-    Face cache (engine/loader/hub.py), and fetched there first where `download`."""
+    Face cache (engine/loader/hub.py), and fetched there first where `download`. `kept_in`:
+    where an earlier start kept the description of a GGUF file (engine/loader/kept.py),
+    which saves parsing its header."""
     path = Path(model) if model is not None else embedded_gguf_path()
     repo = split_repo_id(str(model)) if model is not None and not path.exists() else None
     if repo is not None:
@@ -64,7 +68,7 @@ def resolve_model(model: str | Path | None = None, download: bool = False) -> Mo
             path = cached_model(*repo, download=download)
         except LookupError as error:
             raise ModelNotFoundError(str(error)) from error
-    source = _describe(path)
+    source = _kept_gguf(path, kept_in) or _describe(path)
     # A repo's snapshot directory is named by its commit: it is listed under the repo id.
     return dataclasses.replace(source, id=repo[0]) if repo is not None and repo[1] is None else source
 
@@ -82,6 +86,22 @@ def _describe(path: Path) -> ModelSource:
     )
 
 
+def _kept_gguf(path: Path, kept_in) -> ModelSource | None:
+    from engine.loader.kept import load_description
+
+    if not (path.is_file() and path.suffix == ".gguf"):
+        return None
+    kept = load_description(kept_in, path)
+    return None if kept is None else ModelSource(id=_gguf_id(path), path=path.resolve(), format="gguf",
+                                                 context_length=kept.context_length)
+
+
+def _gguf_id(path: Path) -> str:
+    # "SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct": the quantization
+    # suffix names the file, not the model.
+    return path.name.split(".")[0]
+
+
 @functools.lru_cache(maxsize=8)
 def _describe_gguf(path: Path) -> ModelSource:
     from engine.loader.gguf import read_gguf  # deferred: only GGUF models need it
@@ -89,10 +109,8 @@ def _describe_gguf(path: Path) -> ModelSource:
     fields = read_gguf(path).fields
     architecture = fields["general.architecture"].contents()
     context = fields.get(f"{architecture}.context_length")
-    # "SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct": the quantization
-    # suffix names the file, not the model.
     return ModelSource(
-        id=path.name.split(".")[0],
+        id=_gguf_id(path),
         path=path,
         format="gguf",
         context_length=int(context.contents()) if context else None,

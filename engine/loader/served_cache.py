@@ -1,0 +1,141 @@
+"""A checkpoint's served weights kept on disk, so that a restart maps them instead of
+making them again.
+
+Making the served weights of SmolLM2's GGUF takes about 3 s on a 2-core CPU: its Q4_1
+tensors dequantized to float32 (2 s), then fused and quantized to int8 with group scales
+(1.2 s, engine/device/weights.py `serving_weights`). The result, 250 MB, is written once to
+a safetensors file under the data directory; a warm start memory-maps it and places it.
+
+An entry is found by everything its contents depend on: the checkpoint's files (path,
+size, modification time: engine/loader/kept.py `files_key`), the dtype and quantization,
+and the source of the code that makes the served form (a change to it makes new entries;
+old ones are never read again).
+A file that cannot be read is a miss, and the weights are made as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from engine.config import EngineConfig
+from engine.device import weights as served_form
+from engine.device.weights import Int8Weight, serving_weights
+from engine.loader.checkpoint import Checkpoint
+from engine.loader.kept import files_key
+from engine.loader.source import ModelSource
+
+log = logging.getLogger("flint")
+
+FORMAT = "flint-served-weights-1"
+# safetensors' NumPy side has no bfloat16: such arrays are written as their uint16 bits.
+BITS_OF = {"bfloat16": np.uint16}
+
+
+def entry_for(directory: str | os.PathLike | None, source: ModelSource, config: EngineConfig, mesh) -> Path | None:
+    """Where the served weights of `source` under `config` (its dtype and quantization
+    resolved) are kept between starts, or None where they are not: no directory, an Orbax
+    checkpoint (restored straight onto the devices already), or weights spread over several
+    devices or processes."""
+    import jax
+
+    if directory is None or source.format == "orbax" or mesh.size != 1 or jax.process_count() != 1:
+        return None
+    return entry_path(directory, source, config.dtype, config.quantization)
+
+
+def make_and_keep(checkpoint: Checkpoint, config: EngineConfig, path: Path) -> dict:
+    """The checkpoint's served weights (its params let go), written to `path` for the next
+    start: a failure to write costs the next start the time, not this one its model."""
+    served = serving_weights(checkpoint.config, checkpoint.params, config.dtype, config.quantization)
+    checkpoint.params = None
+    try:
+        save(path, served)
+    except OSError as error:
+        log.warning("served weights not kept at %s: %s", path, error)
+    return served
+
+
+def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
+    """Where the served weights of `source` in `dtype` and `quantization` are kept."""
+    code = hashlib.sha256(inspect.getsource(served_form).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code]).encode())
+    return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:32]}.safetensors"
+
+
+def save(path: Path, weights: dict) -> None:
+    """Write the served pytree `weights` (host or single-device arrays) to `path`, whole or
+    not at all (a temporary file renamed)."""
+    tensors, dtypes = {}, {}
+    for key, array in _flatten(weights):
+        array = np.asarray(array)
+        if array.dtype.name in BITS_OF:
+            dtypes[key] = array.dtype.name
+            array = array.view(BITS_OF[array.dtype.name])
+        tensors[key] = np.ascontiguousarray(array)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    save_file(tensors, str(partial), metadata={"format": FORMAT, "dtypes": json.dumps(dtypes)})
+    partial.replace(path)
+
+
+def load(path: Path) -> dict | None:
+    """The served pytree kept at `path` as host arrays, or None where there is none that reads."""
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="numpy") as kept:
+            metadata = kept.metadata() or {}
+            if metadata.get("format") != FORMAT:
+                return None
+            dtypes = json.loads(metadata.get("dtypes", "{}"))
+            flat = {key: _widened(kept.get_tensor(key), dtypes.get(key)) for key in kept.keys()}
+    except (OSError, ValueError, SafetensorError) as error:  # cut short, or not ours
+        log.warning("served weights at %s cannot be read (%s): making them again", path, error)
+        return None
+    return _unflatten(flat)
+
+
+def _widened(array: np.ndarray, dtype: str | None) -> np.ndarray:
+    import ml_dtypes
+
+    return array.view(getattr(ml_dtypes, dtype)) if dtype else array
+
+
+def _flatten(weights: dict, prefix: str = ""):
+    for name, value in weights.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{key}/")
+        elif isinstance(value, Int8Weight):
+            yield f"{key}/int8.values", value.values
+            yield f"{key}/int8.scales", value.scales
+        else:
+            yield key, value
+
+
+def _unflatten(flat: dict) -> dict:
+    tree: dict = {}
+    for key, array in flat.items():
+        *parents, name = key.split("/")
+        node = tree
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[name] = array
+    return _rebuild_int8(tree)
+
+
+def _rebuild_int8(node):
+    if not isinstance(node, dict):
+        return node
+    if set(node) == {"int8.values", "int8.scales"}:
+        return Int8Weight(values=node["int8.values"], scales=node["int8.scales"])
+    return {name: _rebuild_int8(child) for name, child in node.items()}
