@@ -26,6 +26,7 @@ them is served by the reference (`choose(..., plain=False)`).
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import jax
 from jax.sharding import Mesh, PartitionSpec
 
 from engine.config import ATTENTIONS
-from engine.device.attention import mosaic_gpu, native_cpu, ragged_tpu
+from engine.device.attention import native_cpu, ragged_tpu
 from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.probe import DEFAULT_BUCKETS, kernel_problem
 from engine.device.attention.ragged_tpu import ragged_tpu_attention
@@ -43,6 +44,12 @@ from engine.device.attention.reference import paged_attention as reference_atten
 from engine.device.sharding import TENSOR_AXIS
 
 IMPLEMENTATIONS = ATTENTIONS
+
+
+def gpu_kernel():
+    """engine/device/attention/mosaic_gpu.py, imported where it is used: importing Mosaic GPU
+    takes a third of a second, which a CPU's start need not spend."""
+    return importlib.import_module("engine.device.attention.mosaic_gpu")
 AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
@@ -62,7 +69,7 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
     if name != AUTO:
         return name
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
-    if on_gpu() and mosaic_gpu.supports(*shape):
+    if on_gpu() and gpu_kernel().supports(*shape):
         return MOSAIC_GPU
     if on_tpu() and ragged_tpu.supports(*shape):
         return RAGGED_TPU
@@ -157,7 +164,7 @@ def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) ->
 def kernel_attention(q, k, v, k_cache, v_cache, layer, batch, scale, *, interpret=None):
     """The kernel behind the common signature: k and v are already in the cache."""
     del k, v
-    return mosaic_gpu.ragged_paged_attention(q, k_cache, v_cache, layer, batch.token_rows, batch.positions,
+    return gpu_kernel().ragged_paged_attention(q, k_cache, v_cache, layer, batch.token_rows, batch.positions,
                                              batch.block_tables, scale, interpret=interpret)
 
 

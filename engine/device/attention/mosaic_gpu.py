@@ -43,7 +43,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from engine.device.attention.splits import combine_splits, key_splits
+from engine.device.attention.splits import combine_splits, key_block, key_splits
 from engine.device.attention.work import FIRST_POSITION, FIRST_TOKEN, NUM_TOKENS, ROW, work_items
 
 TILE_ROWS = 64  # query rows per program: wgmma's M
@@ -68,11 +68,6 @@ def supports(dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size:
     group = num_heads // num_kv_heads
     return (jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 64 == 0
             and page_size % 8 == 0 and group <= TILE_ROWS and _fits(head_dim, key_block(page_size)))
-
-
-def key_block(page_size: int) -> int:
-    """Keys a program folds in at a time: whole pages, and a multiple of 64 (wgmma's K for P V)."""
-    return math.lcm(page_size, 64)
 
 
 def _fits(head_dim: int, block_keys: int) -> bool:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.device.attention.mosaic_gpu import key_block
+from engine.device.attention.splits import key_block
 from engine.device.batch import empty_batch
 
 TOLERANCE = 2e-2  # relative L2 error; bfloat16's rounding of P alone gives about 3e-3

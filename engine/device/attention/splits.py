@@ -8,6 +8,8 @@ is a softmax over its own keys, and shares combine exactly by their log-sum-exps
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 
 # Programs a step should have before its keys are not split: two per SM of an H100 or
@@ -33,3 +35,10 @@ def combine_splits(partial, lse):
     weights = jnp.exp(lse - jnp.where(jnp.isfinite(peak), peak, 0.0))  # shares without keys weigh 0
     total = weights.sum(axis=0)
     return (weights[..., None] * partial).sum(axis=0) / jnp.where(total > 0, total, 1.0)[..., None]
+
+
+def key_block(page_size: int) -> int:
+    """Keys a program folds in at a time: whole pages, and a multiple of 64 (wgmma's K for P V).
+    Here rather than in mosaic_gpu.py, so that the start-up check's shapes need no import of
+    Mosaic GPU (a third of a second at every start, GPU or not)."""
+    return math.lcm(page_size, 64)
