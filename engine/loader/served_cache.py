@@ -36,6 +36,8 @@ from engine.loader.source import ModelSource
 log = logging.getLogger("flint")
 
 FORMAT = "flint-served-weights-1"
+KEY_LENGTH = 32  # hex digits of an entry's key in its name
+KEEP_PER_MODEL = 2  # entries kept of one model (say, two dtypes served from one data directory)
 # safetensors' NumPy side has no bfloat16: such arrays are written as their uint16 bits.
 BITS_OF = {"bfloat16": np.uint16}
 
@@ -59,16 +61,27 @@ def make_and_keep(checkpoint: Checkpoint, config: EngineConfig, path: Path) -> d
     checkpoint.params = None
     try:
         save(path, served)
+        prune(path)
     except OSError as error:
         log.warning("served weights not kept at %s: %s", path, error)
     return served
+
+
+def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
+    """Remove all but the `keep` most recent entries of `newest`'s model: an upgrade, a
+    changed file or another dtype makes a new entry, and old ones are never read again."""
+    model = newest.name.rsplit("-", 1)[0]
+    pattern = f"{model}-{'[0-9a-f]' * KEY_LENGTH}.safetensors"  # not another model whose name starts alike
+    entries = sorted(newest.parent.glob(pattern), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in [entry for entry in entries if entry != newest][max(keep - 1, 0):]:
+        old.unlink(missing_ok=True)
 
 
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
     code = hashlib.sha256(inspect.getsource(served_form).encode()).hexdigest()
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code]).encode())
-    return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:32]}.safetensors"
+    return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:KEY_LENGTH]}.safetensors"
 
 
 def save(path: Path, weights: dict) -> None:

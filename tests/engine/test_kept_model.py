@@ -119,3 +119,14 @@ def test_nothing_is_kept_over_several_devices_or_without_a_directory(model_copy,
     if len(jax.devices()) > 1:
         wide = make_mesh(EngineConfig(**{**vars(CONFIG), "mesh_shape": (2,)}))
         assert served_cache.entry_for(tmp_path, source, config, wide) is None
+
+
+def test_old_entries_of_a_model_are_removed_when_a_new_one_is_kept(tmp_path):
+    weights = {"embed": np.ones((2, 2), np.float32)}
+    names = [f"Model-{index:032x}.safetensors" for index in range(4)]
+    for index, name in enumerate(names):
+        served_cache.save(tmp_path / name, weights)
+        os.utime(tmp_path / name, ns=(index * 10**9, index * 10**9))
+    served_cache.save(tmp_path / f"Model-v2-{0:032x}.safetensors", weights)  # another model
+    served_cache.prune(tmp_path / names[1])  # the newest is the one just written, whatever the clock says
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names[1], names[3], f"Model-v2-{0:032x}.safetensors"])
