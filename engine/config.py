@@ -17,6 +17,7 @@ CPU_KERNELS = (AUTO, "native", "jnp")  # engine/device/native: the native CPU ke
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_LORA_RANK = 256
 SCAN, UNROLLED = "scan", "unrolled"
+KV_CACHE_DTYPES = (AUTO, "float32", "bfloat16")
 LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/layers.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
 
@@ -130,6 +131,8 @@ class EngineConfig:
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
     dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved in Engine)
     quantization: str = "none"  # "int8": int8 layer weights (engine/device/weights.py); "auto" resolves in Engine
+    # The KV cache's dtype: float32, bfloat16, or auto (engine/device/kv_cache.py kv_cache_dtype).
+    kv_cache_dtype: str = AUTO
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis
     attention: str = "auto"  # engine/device/attention: auto (a kernel on GPUs and TPUs), reference, mosaic_gpu or ragged_tpu
     layer_loop: str = "auto"  # engine/models/layers.py: auto (unrolled on GPUs, a scan elsewhere), scan or unrolled
@@ -167,6 +170,8 @@ class EngineConfig:
             raise ValueError("the largest token bucket must hold max_num_batched_tokens")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {self.attention!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, not {self.kv_cache_dtype!r}")
         if self.cpu_kernels not in CPU_KERNELS:
             raise ValueError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, not {self.cpu_kernels!r}")
         if self.layer_loop not in LAYER_LOOPS:

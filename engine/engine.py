@@ -136,7 +136,8 @@ class Engine:
         """Where and how the model runs, for the start-up log."""
         mesh, config = self.runner.mesh, self.config
         return (f"{mesh.size} {mesh.devices.flat[0].platform} device(s), tensor parallel over {mesh.size}; "
-                f"dtype {config.dtype}, quantization {config.quantization}, attention {self.runner.attention}")
+                f"dtype {config.dtype}, quantization {config.quantization}, KV cache {self.runner.kv_cache_dtype}, "
+                f"attention {self.runner.attention}")
 
     def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
         """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from

@@ -55,6 +55,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--context", type=int, default=200)
     parser.add_argument("--quantization", default="auto", choices=["auto", "none", "int8"])
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--traced", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
@@ -75,9 +76,11 @@ def compiled_step(args: argparse.Namespace):
 
     checkpoint = load_checkpoint(args.model)
     pages = args.rows * (args.context // 16 + 1) + 1
-    config = EngineConfig(max_model_len=max(2 * args.context, 256), max_num_seqs=max(args.rows, 1),
-                          max_num_batched_tokens=max(args.rows, 64), num_pages=max(pages, 64),
-                          quantization=resolve_quantization(args.quantization, checkpoint.source.format))
+    max_model_len = max(2 * args.context, 256)
+    config = EngineConfig(max_model_len=max_model_len, max_num_seqs=max(args.rows, 1),
+                          max_num_batched_tokens=max(args.rows, 64), num_pages=max(pages, 64, max_model_len // 16 + 2),
+                          quantization=resolve_quantization(args.quantization, checkpoint.source.format),
+                          kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
     batch = runner.pack(decode_rows(args.rows, args.context, config.page_size))
     compiled = runner._compile(batch.num_tokens)
@@ -89,7 +92,8 @@ def compiled_step(args: argparse.Namespace):
         results, runner.kv_cache = compiled(runner.state, runner.kv_cache, device_batch, np.int32(1))
         jax.block_until_ready(results)
 
-    label = (f"{checkpoint.source.id}, quantization {config.quantization}, {args.rows} decode rows at context "
+    label = (f"{checkpoint.source.id}, quantization {config.quantization}, KV cache {runner.kv_cache_dtype}, "
+             f"{args.rows} decode rows at context "
              f"{args.context} (bucket {batch.num_tokens})")
     return step, label
 

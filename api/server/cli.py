@@ -55,7 +55,7 @@ def generate(args: argparse.Namespace) -> int:
     # default buckets would compile seven: a minute more of start-up on a small CPU).
     config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
                           token_buckets=(1, 128),
-                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype,
+                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
                           layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels)
     set_up_compilation_cache(compilation_cache_from_args(args))

@@ -32,7 +32,16 @@ from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
 from api.server.tenancy_flags import add_tenancy_arguments, tenancy_options
-from engine.config import ATTENTIONS, AUTO, CPU_KERNELS, LAYER_LOOPS, QUANTIZATIONS, SPECULATIVE, EngineConfig
+from engine.config import (
+    ATTENTIONS,
+    AUTO,
+    CPU_KERNELS,
+    KV_CACHE_DTYPES,
+    LAYER_LOOPS,
+    QUANTIZATIONS,
+    SPECULATIVE,
+    EngineConfig,
+)
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
     from api.server.lifecycle import EngineLifecycle
@@ -116,6 +125,9 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=engine.dtype, choices=DTYPES,
                         help="compute and KV-cache dtype; auto: float32 on CPU (fastest there), bfloat16 on "
                              "GPUs (default: %(default)s)")
+    parser.add_argument("--kv-cache-dtype", default=engine.kv_cache_dtype, choices=KV_CACHE_DTYPES,
+                        help="the KV cache's dtype; auto: bfloat16 where the native CPU kernels serve int8 "
+                             "weights (half the cache's memory), else --dtype's (default: %(default)s)")
     parser.add_argument("--tensor-parallel-size", "-tp", metavar="N", type=at_least(1),
                         default=engine.mesh_shape[0],
                         help="devices the model is split over, by attention heads, MLP columns and "
@@ -170,7 +182,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     num_pages = args.num_pages or default_num_pages(args.max_model_len, args.max_num_seqs, page_size)
     engine = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens, num_pages=num_pages,
-                          dtype=args.dtype, quantization=args.quantization,
+                          dtype=args.dtype, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
                           mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
                           layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels,
                           enable_prefix_caching=not args.no_prefix_caching, speculative=args.speculative,

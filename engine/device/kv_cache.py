@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import AUTO, EngineConfig, ModelConfig
 from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
 
 
@@ -85,16 +85,28 @@ def kv_cache_shape(model: ModelConfig, engine: EngineConfig) -> tuple[int, ...]:
     return (model.num_layers, engine.num_pages, engine.page_size, model.num_kv_heads, model.head_dim)
 
 
-def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_layer: bool = False):
+def kv_cache_dtype(engine: EngineConfig, native_cpu: bool) -> str:
+    """The cache's dtype for `engine` (its dtype and quantization resolved): as asked, or for
+    auto bfloat16 where the native CPU kernels serve int8 weights (their attention widens
+    keys and values as it reads them: half the bytes of the server's largest allocation,
+    and the quality gate scores it, tests/engine/test_quantization.py), else the compute dtype."""
+    if engine.kv_cache_dtype != AUTO:
+        return engine.kv_cache_dtype
+    return "bfloat16" if native_cpu and engine.quantization == "int8" and engine.dtype == "float32" else engine.dtype
+
+
+def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_layer: bool = False,
+                  dtype: str | None = None):
     """A zeroed cache laid out across `mesh` (split along the KV heads where they divide):
-    a KVCache, or a LayerKVCache when `per_layer`."""
+    a KVCache, or a LayerKVCache when `per_layer`; in `dtype` (default: the compute dtype)."""
+    dtype = dtype or engine.dtype
     if per_layer:
         layers, pages, page_size, kv_heads, head_dim = kv_cache_shape(model, engine)
         shape = (pages, page_size, 2 * kv_heads, head_dim)
-        zeros = _zeros(shape, engine.dtype, layer_kv_cache_sharding(shape, mesh))
+        zeros = _zeros(shape, dtype, layer_kv_cache_sharding(shape, mesh))
         return LayerKVCache(layers=tuple(zeros() for _ in range(layers)))
     shape = kv_cache_shape(model, engine)
-    zeros = _zeros(shape, engine.dtype, kv_cache_sharding(shape, mesh))
+    zeros = _zeros(shape, dtype, kv_cache_sharding(shape, mesh))
     return KVCache(k=zeros(), v=zeros())
 
 

@@ -27,7 +27,7 @@ from engine.config import UNROLLED, EngineConfig, ModelConfig
 from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
-from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache
+from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache, kv_cache_dtype
 from engine.device.lora import empty_slots, slot_values, write_slot
 from engine.device.native import NATIVE
 from engine.device.native import resolve as resolve_cpu_kernels
@@ -76,7 +76,8 @@ class ModelRunner:
                                                   lora_slots=engine_config.max_loras,
                                                   native_linear=self.cpu_kernels == NATIVE)
         self.graphdef, self.state = nnx.split(decoder)
-        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer)
+        self.kv_cache_dtype = kv_cache_dtype(engine_config, self.cpu_kernels == NATIVE)
+        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype)
         self._abstract_kv_cache = abstract(self.kv_cache)
         # What a bucket compiles against: the weights' shapes, not the arrays, which an adapter
         # slot's write replaces on the engine thread while a background compile lowers.

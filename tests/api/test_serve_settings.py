@@ -33,11 +33,12 @@ def test_every_flag_reaches_the_settings(monkeypatch):
                      "--num-pages", "100", "--dtype", "bfloat16", "--quantization", "int8", "--no-prefix-caching",
                      "--allow-special-tokens-in-content", "--tensor-parallel-size", "2", "--attention", "reference",
                      "--layer-loop", "unrolled", "--cpu-kernels", "jnp", "--speculative", "ngram",
-                     "--num-speculative-tokens", "5")
+                     "--num-speculative-tokens", "5", "--kv-cache-dtype", "float32")
     assert settings == Settings(
         host="0.0.0.0", port=9000, model="m.gguf", api_key="k", max_waiting=3, shutdown_timeout=2.5,
         max_body_bytes=1000, allow_special_tokens_in_content=True, engine=EngineConfig(max_model_len=512, max_num_seqs=4, max_num_batched_tokens=32,
                                                  num_pages=100, dtype="bfloat16", quantization="int8",
+                                                 kv_cache_dtype="float32",
                                                  enable_prefix_caching=False, mesh_shape=(2,),
                                                  attention="reference", layer_loop="unrolled", cpu_kernels="jnp",
                                                  speculative="ngram",
@@ -59,7 +60,7 @@ def test_default_num_pages_fit_an_eighth_of_every_sequence_and_one_whole():
 
 @pytest.mark.parametrize("flags", [["--max-waiting", "-1"], ["--max-num-seqs", "0"], ["--dtype", "int4"],
                                    ["--tensor-parallel-size", "0"], ["--attention", "flash"], ["--layer-loop", "while"],
-                                   ["--cpu-kernels", "fast"],
+                                   ["--cpu-kernels", "fast"], ["--kv-cache-dtype", "int4"],
                                    ["--speculative", "eagle"], ["--num-speculative-tokens", "-1"]])
 def test_bad_values_are_refused_by_the_parser(flags):
     with pytest.raises(SystemExit) as exit_:

@@ -85,11 +85,14 @@ def test_the_kernel_serves_whole_tiles_only():
 
 
 def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None,
-                    seed=0):
+                    seed=0, cache_dtype=jnp.float32):
+    """The kernel against the reference, both over the same cache (a bfloat16 cache the
+    kernel widens as it reads, the reference through jnp's promotion)."""
     num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
     step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
                      num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
-    operands = [jnp.asarray(a) for a in (step.q, step.k, step.v, step.k_cache, step.v_cache)]
+    operands = [jnp.asarray(a) for a in (step.q, step.k, step.v)]
+    operands += [jnp.asarray(a, cache_dtype) for a in (step.k_cache, step.v_cache)]
     got = np.asarray(native_cpu_attention(*operands, step.layer, step.batch, SCALE))
     expected = np.asarray(paged_attention(*operands, step.layer, step.batch, SCALE))
     real = step.batch.token_rows >= 0
@@ -97,8 +100,9 @@ def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, n
     np.testing.assert_allclose(got[real], expected[real], rtol=2e-5, atol=2e-5)
 
 
-def test_decode_rows_of_ragged_lengths():
-    check_attention([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (300, 1)])
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+def test_decode_rows_of_ragged_lengths(cache_dtype):
+    check_attention([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (300, 1)], cache_dtype=cache_dtype)
 
 
 @pytest.mark.parametrize("page_size", [8, 16, 32])
@@ -107,15 +111,17 @@ def test_decode_rows_on_page_edges(page_size):
     check_attention(rows, page_size=page_size, seed=page_size)
 
 
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("num_heads,num_kv,head_dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32), (2, 1, 256)])
-def test_query_groups_and_head_dims(num_heads, num_kv, head_dim):
+def test_query_groups_and_head_dims(num_heads, num_kv, head_dim, cache_dtype):
     check_attention([(3, 1), (21, 1), (70, 1)], num_heads=num_heads, num_kv=num_kv, head_dim=head_dim,
-                    seed=num_heads)
+                    seed=num_heads, cache_dtype=cache_dtype)
 
 
-def test_mixed_step_and_padding():
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+def test_mixed_step_and_padding(cache_dtype):
     # Decode rows through the kernel beside prompt chunks through jnp, in a padded bucket.
-    check_attention([(12, 1), (0, 9), (33, 1), (40, 6)], num_tokens=32, num_rows=8, seed=1)
+    check_attention([(12, 1), (0, 9), (33, 1), (40, 6)], num_tokens=32, num_rows=8, seed=1, cache_dtype=cache_dtype)
 
 
 def test_a_model_on_the_kernels_matches_the_model_on_jnp():
@@ -127,8 +133,10 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp():
     native_logits, runner = chunked_prompt_logits(config, "auto", params, quantization="int8", cpu_kernels="native")
     assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
     assert runner.state["embed"][...].dtype == jnp.bfloat16
+    # auto: a bfloat16 cache under the kernels with int8 weights; jnp asked for the same.
+    assert runner.kv_cache_dtype == "bfloat16" and runner.kv_cache.k.dtype == jnp.bfloat16
     jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",
-                                               cpu_kernels="jnp")
+                                               cpu_kernels="jnp", kv_cache_dtype="bfloat16")
     assert runner.state["embed"][...].dtype == jnp.float32
     assert (runner.cpu_kernels, runner.attention) == ("jnp", REFERENCE)
     np.testing.assert_allclose(native_logits, jnp_logits, rtol=1e-4, atol=1e-4)
@@ -167,3 +175,18 @@ def test_a_hidden_library_falls_back_to_jnp():
         "    raise AssertionError('native resolved without the library')\n")
     env = {"FLINT_NATIVE_CPU": "0", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", script], check=True, env=env)
+
+
+def test_the_cache_is_bfloat16_by_default_only_under_the_kernels_with_int8_weights():
+    import dataclasses
+
+    from engine.device.kv_cache import kv_cache_dtype
+
+    served = EngineConfig(dtype="float32", quantization="int8")
+    assert kv_cache_dtype(served, native_cpu=True) == "bfloat16"
+    assert kv_cache_dtype(served, native_cpu=False) == "float32"  # the jnp path: as before
+    assert kv_cache_dtype(dataclasses.replace(served, quantization="none"), native_cpu=True) == "float32"
+    assert kv_cache_dtype(dataclasses.replace(served, dtype="bfloat16", quantization="none"), False) == "bfloat16"
+    assert kv_cache_dtype(dataclasses.replace(served, kv_cache_dtype="float32"), native_cpu=True) == "float32"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        EngineConfig(kv_cache_dtype="int4")

@@ -22,9 +22,11 @@ namespace {
 // normaliser, weighted values) over the cached keys only, which the caller merges with the
 // step's own keys (engine/device/attention/reference.py).
 
+// T: float, or uint16_t for a bfloat16 cache (widened to float32 as it is read).
+template <typename T>
 struct CacheView {
-  const float* k;  // [pages, page_size, kv_heads, d] of one layer
-  const float* v;
+  const T* k;  // [pages, page_size, kv_heads, d] of one layer
+  const T* v;
   int64_t pages, page_size, kv_heads, d;
 
   int64_t offset(int64_t page, int64_t slot, int64_t head) const {
@@ -33,6 +35,10 @@ struct CacheView {
 };
 
 constexpr int64_t kMaxPageSize = 256;
+
+// kLanes of a cached key or value as float32.
+inline fvec load_cached(const float* p) { return load(p); }
+inline fvec load_cached(const uint16_t* p) { return widen(p); }
 
 // exp of each lane, for x <= 0 (scores less their running max), to about float32's
 // precision: exp(x) = 2^n exp(r) with n = round(x / ln 2), |r| <= ln 2 / 2, and exp(r) by a
@@ -66,14 +72,14 @@ struct SoftmaxState {
 
 // Folds the first `keys` keys of `page` (KV head `head`) into `state` for `query`;
 // `scores` holds a page of scores and whole vectors past it.
-template <int DV>
-void fold_page(const CacheView& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
+template <int DV, typename T>
+void fold_page(const CacheView<T>& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
                SoftmaxState<DV>& state) {
   float block_max = -std::numeric_limits<float>::infinity();
   for (int64_t s = 0; s < keys; ++s) {
-    const float* key = cache.k + cache.offset(page, s, head);
-    fvec partial = query[0] * load(key);
-    for (int i = 1; i < DV; ++i) partial += query[i] * load(key + i * kLanes);
+    const T* key = cache.k + cache.offset(page, s, head);
+    fvec partial = query[0] * load_cached(key);
+    for (int i = 1; i < DV; ++i) partial += query[i] * load_cached(key + i * kLanes);
     scores[s] = sum(partial);
     block_max = std::max(block_max, scores[s]);
   }
@@ -89,9 +95,9 @@ void fold_page(const CacheView& cache, const fvec* query, int64_t page, int64_t 
   }
   for (int i = 0; i < DV; ++i) state.out[i] *= splat(rescale);
   for (int64_t s = 0; s < keys; ++s) {
-    const float* value = cache.v + cache.offset(page, s, head);
+    const T* value = cache.v + cache.offset(page, s, head);
     const fvec p = splat(scores[s]);
-    for (int i = 0; i < DV; ++i) state.out[i] += p * load(value + i * kLanes);
+    for (int i = 0; i < DV; ++i) state.out[i] += p * load_cached(value + i * kLanes);
   }
   state.normaliser = state.normaliser * rescale + sum(total);
   state.running_max = new_max;
@@ -99,8 +105,8 @@ void fold_page(const CacheView& cache, const fvec* query, int64_t page, int64_t 
 
 // One (token, KV head): each of its `group` queries against the first `context` cached keys
 // of `table`, a page at a time (DV vectors of head_dim).
-template <int DV>
-void attend_one(const CacheView& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
+template <int DV, typename T>
+void attend_one(const CacheView<T>& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
                 int64_t head, int64_t group, float* m, float* l, float* acc) {
   constexpr int64_t d = DV * kLanes;
   const int64_t page_size = cache.page_size;
@@ -121,21 +127,25 @@ void attend_one(const CacheView& cache, const float* q, const int32_t* table, in
   }
 }
 
-using AttendOne = void (*)(const CacheView&, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+template <typename T>
+using AttendOne = void (*)(const CacheView<T>&, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
                            float*, float*, float*);
 
-AttendOne attend_one_for(int64_t head_dim) {
+template <typename T>
+AttendOne<T> attend_one_for(int64_t head_dim) {
   switch (head_dim) {
-    case 32: return attend_one<32 / kLanes>;
-    case 64: return attend_one<64 / kLanes>;
-    case 128: return attend_one<128 / kLanes>;
-    case 256: return attend_one<256 / kLanes>;
+    case 32: return attend_one<32 / kLanes, T>;
+    case 64: return attend_one<64 / kLanes, T>;
+    case 128: return attend_one<128 / kLanes, T>;
+    case 256: return attend_one<256 / kLanes, T>;
     default: return nullptr;
   }
 }
 
-ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k_cache,
-                           ffi::Buffer<ffi::F32> v_cache, ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> tables,
+// KV: the cache's type, F32 or BF16 (its elements uint16_t).
+template <ffi::DataType KV>
+ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<KV> k_cache,
+                           ffi::Buffer<KV> v_cache, ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> tables,
                            ffi::Buffer<ffi::S32> context_lens, ffi::ResultBuffer<ffi::F32> m,
                            ffi::ResultBuffer<ffi::F32> l, ffi::ResultBuffer<ffi::F32> acc) {
   auto qd = q.dimensions();      // [tokens, kv_heads, group, d]
@@ -143,12 +153,13 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   const int64_t tokens = qd[0], kv_heads = qd[1], group = qd[2], d = qd[3];
   if (cd.size() != 5 || cd[3] != kv_heads || cd[4] != d)
     return ffi::Error::InvalidArgument("flint_decode_attention: cache and queries disagree");
-  const AttendOne attend = attend_one_for(d);
+  using T = ffi::NativeType<KV>;
+  const AttendOne<T> attend = attend_one_for<T>(d);
   if (attend == nullptr || cd[2] > kMaxPageSize)
     return ffi::Error::InvalidArgument("flint_decode_attention: head_dim or page size not served");
   const int64_t layer_index = layer_in_range(layer.typed_data()[0], cd[0]);
   const int64_t layer_size = cd[1] * cd[2] * cd[3] * cd[4];
-  CacheView cache{k_cache.typed_data() + layer_index * layer_size, v_cache.typed_data() + layer_index * layer_size,
+  CacheView<T> cache{k_cache.typed_data() + layer_index * layer_size, v_cache.typed_data() + layer_index * layer_size,
                   cd[1], cd[2], kv_heads, d};
   const int64_t table_len = tables.dimensions()[1];
   const float* queries = q.typed_data();
@@ -167,15 +178,20 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintDecodeAttention, DecodeAttention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+// One binding per cache type: the float32 cache, and the bfloat16 one (`--kv-cache-dtype`).
+#define FLINT_DECODE_ATTENTION(name, kv)                                                   \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, DecodeAttention<kv>,                                 \
+                                ffi::Ffi::Bind()                                           \
+                                    .Ctx<ffi::ThreadPool>()                                \
+                                    .Arg<ffi::Buffer<ffi::F32>>()                          \
+                                    .Arg<ffi::Buffer<kv>>()                                \
+                                    .Arg<ffi::Buffer<kv>>()                                \
+                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
+                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
+                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
+                                    .Ret<ffi::Buffer<ffi::F32>>()                          \
+                                    .Ret<ffi::Buffer<ffi::F32>>()                          \
+                                    .Ret<ffi::Buffer<ffi::F32>>())
+
+FLINT_DECODE_ATTENTION(FlintDecodeAttention, ffi::F32);
+FLINT_DECODE_ATTENTION(FlintDecodeAttentionBf16, ffi::BF16);

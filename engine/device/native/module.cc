@@ -11,6 +11,7 @@
 extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDecodeAttentionBf16(XLA_FFI_CallFrame* call_frame);
 
 static PyObject* Targets(PyObject*, PyObject*) {
   PyObject* targets = PyDict_New();
@@ -18,6 +19,7 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_int8", FlintLinearInt8},
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_decode_attention", FlintDecodeAttention},
+      {"flint_decode_attention_bf16", FlintDecodeAttentionBf16},
   };
   for (const auto& [name, handler] : handlers) {
     PyObject* capsule = PyCapsule_New(reinterpret_cast<void*>(handler), nullptr, nullptr);

@@ -88,13 +88,19 @@ def linear(x, weight: NativeWeight):
     return jax.ffi.ffi_call("flint_linear_int8", out)(x, weight.values, weight.scales, weight.layer)
 
 
+# The attention kernel's binding for each cache dtype (attention.cc FLINT_DECODE_ATTENTION).
+DECODE_ATTENTION_TARGETS = {"float32": "flint_decode_attention", "bfloat16": "flint_decode_attention_bf16"}
+
+
 def decode_attention(q, k_cache, v_cache, layer, tables, context_lens):
     """Softmax state (max, normaliser, weighted values) of queries q [t, kv, group, d],
     already scaled, over each token's first `context_lens` [t] cached keys, whose pages are
-    `tables` [t, pages]; k_cache, v_cache: [layers, pages, page_size, kv, d] float32."""
+    `tables` [t, pages]; k_cache, v_cache: [layers, pages, page_size, kv, d], float32 or
+    bfloat16 (widened as the kernel reads them)."""
     registered()
     stats = jax.ShapeDtypeStruct(q.shape[:3], jnp.float32)
     weighted = jax.ShapeDtypeStruct(q.shape, jnp.float32)
-    return jax.ffi.ffi_call("flint_decode_attention", (stats, stats, weighted))(
+    target = DECODE_ATTENTION_TARGETS[jnp.dtype(k_cache.dtype).name]
+    return jax.ffi.ffi_call(target, (stats, stats, weighted))(
         q.astype(jnp.float32), k_cache, v_cache, jnp.asarray(layer, jnp.int32), tables.astype(jnp.int32),
         context_lens.astype(jnp.int32))
