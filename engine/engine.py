@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from engine.config import EngineConfig
 from engine.device.lora import check_fits
 from engine.device.runner import InFlight, ModelRunner, RowPlan
-from engine.device.sharding import make_mesh, param_shardings
-from engine.device.weights import resolve_dtype, resolve_quantization
+from engine.device.sharding import make_mesh
 from engine.host import beam_step
 from engine.host.adapters import AdapterSlots
 from engine.host.beam_search import BeamSearch
@@ -32,9 +31,8 @@ from engine.host.scheduler import Scheduler, SchedulerOutput
 from engine.host.sequence import Sequence
 from engine.host.speculation import SpeculationConfig, follows_prediction
 from engine.host.validation import check_request
-from engine.loader import served_cache
-from engine.loader.checkpoint import Checkpoint, load_checkpoint
-from engine.loader.kept import load_description, save_description
+from engine.loader.checkpoint import Checkpoint
+from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
 from engine.rows import row_plan
 from engine.text.grammar import GrammarCompiler, accepts_prefix
@@ -339,41 +337,3 @@ class Engine:
 def adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
     """The LoRA adapters `seqs` run with, by name, sorted (the base counts as none)."""
     return tuple(sorted({seq.adapter.name for seq in seqs if seq.adapter is not None}))
-
-
-def served_config(config: EngineConfig, source: ModelSource) -> EngineConfig:
-    """`config` with its dtype and quantization resolved for the checkpoint `source`."""
-    return dataclasses.replace(config, quantization=resolve_quantization(config.quantization, source.format),
-                               dtype=resolve_dtype(config.dtype))
-
-
-def load_for_serving(source: ModelSource, config: EngineConfig, mesh, kept_in,
-                     report: Callable[[str], None] | None = None) -> tuple[Checkpoint, Tokenizer, dict | None]:
-    """The checkpoint (its params None where the served weights are given), its tokenizer,
-    and its served weights where they were kept in `kept_in` (engine/loader/served_cache.py:
-    mapped, with the description engine/loader/kept.py keeps, and no checkpoint read) or are
-    to be kept there (made here and written); None where nothing is kept."""
-    entry = served_cache.entry_for(kept_in, source, config, mesh)
-    if entry is None:
-        checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p))
-        return checkpoint, tokenizer_for(checkpoint), None
-    served, description = served_cache.load(entry), load_description(kept_in, source.path)
-    if served is not None and description is not None:
-        if report:
-            report(f"the served weights and the model's description read from {kept_in}")
-        return Checkpoint(description.config, None, source), description.tokenizer, served
-    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p))
-    tokenizer = tokenizer_for(checkpoint)
-    save_description(kept_in, source.path, source.context_length, checkpoint.config, tokenizer)
-    return checkpoint, tokenizer, served_cache.make_and_keep(checkpoint, config, entry)
-
-
-def tokenizer_for(checkpoint: Checkpoint) -> Tokenizer:
-    """The checkpoint's own tokenizer, reusing the parsed GGUF metadata where there is one.
-
-    Hugging Face directories and Orbax checkpoints written by tools/convert.py hold a
-    tokenizer.json with its tokenizer_config.json."""
-    if checkpoint.source.format == "gguf":
-        return Tokenizer.from_gguf(checkpoint.gguf_fields if checkpoint.gguf_fields is not None
-                                   else checkpoint.source.path)
-    return Tokenizer.from_hf_directory(checkpoint.source.path)

@@ -18,7 +18,7 @@ for path in (ROOT, ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from engine.engine import tokenizer_for  # noqa: E402  (after the sys.path setup above)
+from engine.loader.serving import tokenizer_for  # noqa: E402  (after the sys.path setup above)
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 from postgres_server import BACKENDS, drop_tables, empty_store_url, postgres_database  # noqa: E402
 from worker_cores import pin_worker_to_its_cores  # noqa: E402

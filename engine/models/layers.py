@@ -134,22 +134,17 @@ class Layers(nnx.Module):
                 continue
             for index in range(jax.tree_util.tree_leaves(stack)[0].shape[0]):
                 setattr(self, layer_key(name, index), as_param(layer_weights(stack, index)))
-            del stack
+            del stack  # before the next stack is taken: one stack beside the layers, not two
 
     def stacked(self) -> dict:
         """Every weight, stacked on its leading [layers] axis (a scan's form)."""
         assert not self.per_layer, "the layers are stored one array per layer"
-        return self._params()
+        return {name: param_value(getattr(self, name)) for name in self.names}
 
     def layer(self, index: int) -> dict:
         """Layer `index`'s weights, each an array of its own (the unrolled loop's form)."""
         assert self.per_layer, "the layers are stored stacked"
-        params = self._params()
-        return {name: params[layer_key(name, index)] for name in self.names}
-
-    def _params(self) -> dict:
-        return {name: param_value(param) for name, param in vars(self).items()
-                if isinstance(param, (nnx.Param, QuantizedParam))}
+        return {name: param_value(getattr(self, layer_key(name, index))) for name in self.names}
 
 
 def layer_key(name: str, index: int) -> str:

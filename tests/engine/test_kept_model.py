@@ -13,13 +13,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import engine.engine as engine_module
+import engine.loader.serving as serving_module
 import engine.loader.source as source_module
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.sharding import make_mesh
 from engine.device.weights import Int8Weight
-from engine.engine import load_for_serving, served_config
+from engine.loader.serving import load_for_serving, served_config
 from engine.loader import kept, served_cache
 from engine.loader.source import resolve_model
 
@@ -53,7 +53,7 @@ def test_a_second_start_reads_what_the_first_kept_and_not_the_checkpoint(model_c
     assert "layers/wqkv/int8.values" in made and "embed" in made
 
     for name in ("load_checkpoint", "tokenizer_for"):
-        monkeypatch.setattr(engine_module, name, refuse)
+        monkeypatch.setattr(serving_module, name, refuse)
     monkeypatch.setattr(source_module, "_describe_gguf", refuse)
     again_source = resolve_model(str(model_copy), kept_in=tmp_path)
     assert again_source == source
