@@ -34,6 +34,7 @@ from engine.host.validation import check_request
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
+from engine.loader.progress import Progress
 from engine.rows import row_plan
 from engine.text.grammar import GrammarCompiler, accepts_prefix
 from engine.text.reasoning import answer_tokens
@@ -114,20 +115,23 @@ class Engine:
     @classmethod
     def from_model(cls, model: str | ModelSource | None = None, config: EngineConfig | None = None,
                    report: Callable[[str], None] | None = None, compile_all: bool = True,
-                   kept_in: str | os.PathLike | None = None) -> Engine:
+                   kept_in: str | os.PathLike | None = None, progress: Progress | None = None) -> Engine:
         """Load a checkpoint (the embedded model when None), build the engine, compile every
         bucket (or, with `compile_all` False, the essential ones: `compile_remaining` then
         does the rest, while the engine already serves). `kept_in`: a directory where the
-        served weights are kept between starts (engine/loader/served_cache.py)."""
+        served weights are kept between starts (engine/loader/served_cache.py). `report` is
+        told what happens as log messages; `progress`, the weights read and the buckets
+        compiled as counts (engine/loader/progress.py)."""
         config = config or EngineConfig()
         mesh = make_mesh(config)
         source = model if isinstance(model, ModelSource) else resolve_model(model, kept_in=kept_in)
-        checkpoint, tokenizer, served = load_for_serving(source, served_config(config, source), mesh, kept_in, report)
+        checkpoint, tokenizer, served = load_for_serving(source, served_config(config, source), mesh, kept_in, report,
+                                                         progress)
         engine = cls(checkpoint, tokenizer, config, mesh, served)
         checkpoint.params = served = None  # the runner holds the served weights; let the loaded ones go
         if report:
             report(engine.describe())
-        engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets())
+        engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets(), progress)
         return engine
 
     def describe(self) -> str:

@@ -11,7 +11,8 @@
     python tools/bench.py serve        Flint against llama.cpp's llama-server through HTTP on the
                                        same GGUF: tok/s and time to first token under the same
                                        closed-loop streamed load, start-up time and memory
-                                       (builds llama-server once, about 10 minutes on 2 cores)
+                                       (builds llama-server once, about 10 minutes on 2 cores);
+                                       --plot DIR also writes its figures (tools/bench_plot.py)
     python tools/bench.py structured   32 streams constrained by a JSON schema against 32 free
                                        streams, through HTTP: what structured output costs
     python tools/bench.py speculative  an echo-heavy chat load with and without predicted
@@ -133,6 +134,11 @@ def sampler_benchmarks(args: argparse.Namespace) -> None:
 
 
 def serve_benchmarks(args: argparse.Namespace) -> None:
+    if args.plot:  # before the run of many minutes, not after it
+        from bench_plot import require_matplotlib
+
+        require_matplotlib()
+        args.plot.mkdir(parents=True, exist_ok=True)
     from bench_serve import run_serve_benchmark
 
     run_serve_benchmark(args)
@@ -203,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--llama-args", default="", help="more llama-server arguments, as one string")
     serve.add_argument("--start-timeout", type=float, default=900.0,
                        help="seconds each server may take to become healthy (default: %(default)s)")
+    serve.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                       help="also write DIR/results.json, and from it DIR/throughput.png and DIR/ttft.png: "
+                            "tok/s and median time to first token against concurrency, per server (matplotlib; "
+                            "`python tools/bench_plot.py DIR/results.json` draws them again)")
     from bench_structured import add_options
 
     add_options(commands.add_parser("structured", help="JSON-schema streams against free ones through HTTP"))

@@ -25,18 +25,16 @@ import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import numpy as np
 
+from bench_serve_report import SERVERS, print_report, summarize
 from engine.loader.source import resolve_model
 from llama_server import (LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version,
                           num_cores)
 from server_process import Server, failure_log, free_port, resident_bytes, start_server, wait_for_log
-
-SERVERS = ("Flint", "llama-server")
 
 
 def flint_command(args: argparse.Namespace, port: int, data_dir: Path) -> list[str]:
@@ -209,43 +207,9 @@ def warm_up(server: Server, model_id: str, tokens: np.ndarray) -> None:
     asyncio.run(closed_loop(server.url, [[completion_body(model_id, tokens[:16].tolist(), 4)]]))
 
 
-def best(turns: list[dict], concurrency: int) -> tuple[float, float, float]:
-    """The best tok/s, mean TTFT and median TTFT over the rounds, each on its own."""
-    runs = [turn[concurrency] for turn in turns]
-    return (max(r.tokens_per_second for r in runs), min(statistics.mean(r.ttfts) for r in runs),
-            min(statistics.median(r.ttfts) for r in runs))
-
-
-def print_report(args, servers: dict[str, Server], results: dict[str, list[dict]], header: str,
-                 cold_start: float) -> None:
-    """A Markdown table, ready for BENCHMARKS.md."""
-    from bench import cpu_name
-
-    print(f"\n{header}\nmachine: {cpu_name()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"command: {shlex.join(['python', *sys.argv])}")
-    print(f"{args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, temperature {args.temperature:g}, "
-          "EOS ignored, "
-          f"{args.requests_per_client} requests per client; best of {args.rounds} alternating rounds\n")
-    print("| clients | Flint tok/s | llama-server tok/s | Flint / llama | Flint TTFT mean / median | "
-          "llama-server TTFT mean / median |\n| --- | --- | --- | --- | --- | --- |")
-    for concurrency in args.concurrency:
-        (flint, f_mean, f_median), (llama, l_mean, l_median) = (best(results[n], concurrency) for n in SERVERS)
-        print(f"| {concurrency} | {flint:.1f} | {llama:.1f} | {flint / llama:.2f} | {f_mean:.2f} / {f_median:.2f} s "
-              f"| {l_mean:.2f} / {l_median:.2f} s |")
-    flint, llama = (min(turn["ttft"] for turn in results[n]) for n in SERVERS)
-    print(f"\n| | Flint | llama-server |\n| --- | --- | --- |\n"
-          f"| TTFT, {args.ttft_prompt_tokens}-token prompt | {flint:.2f} s | {llama:.2f} s |")
-    flint, llama = (servers[n] for n in SERVERS)
-    print(f"| healthy after, cold (empty compilation cache) | {cold_start:.1f} s | |\n"
-          f"| healthy after, warm (last round) | {flint.healthy_after:.1f} s | {llama.healthy_after:.1f} s |\n"
-          f"| resident memory once healthy | {flint.rss_bytes / 2**20:.0f} MiB | {llama.rss_bytes / 2**20:.0f} MiB |\n"
-          f"| resident memory after the load | {flint.rss_after_load / 2**20:.0f} MiB "
-          f"| {llama.rss_after_load / 2**20:.0f} MiB |")
-
-
 def run_serve_benchmark(args: argparse.Namespace) -> None:
-    """Start both servers, run the alternating rounds, print the report; the servers stop
-    however this ends (an error, Ctrl-C or SIGTERM)."""
+    """Start both servers, run the alternating rounds, print the report (and with --plot,
+    save it and its figures); the servers stop however this ends (an error, Ctrl-C or SIGTERM)."""
     source = resolve_model(args.model)
     if source.format != "gguf":
         raise SystemExit(f"{source.path}: llama-server needs a GGUF file")
@@ -266,4 +230,10 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
             for name, turn in (("Flint", flint_turn), ("llama-server", llama_turn)):
                 figures, servers[name] = turn(args, binary, Path(scratch), source, tokens, round_index)
                 results[name].append(figures)
-        print_report(args, servers, results, header, cold_start)
+    summary = summarize(args, servers, results, model=source.path.name, setup=header, cold_start=cold_start)
+    print_report(summary)
+    if args.plot:
+        from bench_plot import save_plots
+
+        for path in save_plots(summary, args.plot):
+            print(f"wrote {path}")

@@ -7,8 +7,8 @@ where Flint answers more than a spec allows (each place says why).
 - Paths: flint.yaml's and the chat spec's as written (Flint serves each of their
   operations); /v1/completions and /serverless/v1/completions joined from the three
   completions documents as api/completions serves them (api/openapi/completions.py).
-- /metrics (Prometheus text) and /openapi.json itself, which no spec describes, are
-  described here; both are small. /health is flint.yaml's.
+- /metrics (Prometheus text), /openapi.json itself and the chat page's files (/ and
+  /ui/...), which no spec describes, are described here; all are small. /health is flint.yaml's.
 - Errors: each operation also lists the error statuses Flint can answer that its spec
   leaves out, in the route's shape (api/openapi/errors.py).
 - `/inference/v1`, the Fireworks base URL, serves the same routes as `/v1`, and is listed
@@ -49,6 +49,15 @@ HAND_WRITTEN_PATHS = {
         "tags": ["health"], "operationId": "getMetrics", "summary": "Prometheus metrics",
         "responses": {"200": {"description": "The server's and engine's metrics, in Prometheus' text format.",
                               "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/": {"get": {
+        "tags": ["page"], "operationId": "getChatPage", "summary": "The chat page",
+        "description": "A chat with the served model in the browser (api/ui/), using this API like any client.",
+        "responses": {"200": {"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}}}}},
+    "/ui/{file_path}": {"get": {
+        "tags": ["page"], "operationId": "getChatPageFile", "summary": "A script, style or library of the chat page",
+        "parameters": [{"name": "file_path", "in": "path", "required": True, "schema": {"type": "string"},
+                        "description": "The file's path under the page's folder, slashes included."}],
+        "responses": {"200": {"description": "The file.", "content": {"*/*": {"schema": {"type": "string"}}}}}}},
     "/openapi.json": {"get": {
         "tags": ["health"], "operationId": "getOpenAPI", "summary": "This document",
         "responses": {"200": {"description": "The OpenAPI 3.1 document of the routes this server serves.",

@@ -21,7 +21,8 @@ from typing import Any
 
 from api.openapi.specs import Specs, operations
 
-OPEN_PATHS = ("/health", "/metrics", "/openapi.json")  # outside the API key and serving guards
+# Outside the API key and serving guards.
+OPEN_PATHS = ("/health", "/metrics", "/openapi.json", "/", "/ui/{file_path}")
 GENERATION_PATHS = ("/v1/completions", "/serverless/v1/completions", "/v1/chat/completions", "/v1/responses",
                     "/v1/messages")
 ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
@@ -29,7 +30,7 @@ COMPLETIONS_PATHS = ("/v1/completions", "/serverless/v1/completions")
 WHY = {
     400: "The request is malformed, or asks for something this server refuses; the message names the field.",
     401: "The server was started with an API key, and the request did not carry it.",
-    404: "The model named, or the stored object the path names, does not exist.",
+    404: "The model named, or the stored object or file the path names, does not exist.",
     413: "The body is larger than the server accepts (`--max-body-bytes`).",
     422: "The body breaks the request schema: `detail` locates each violation, as Fireworks answers.",
     429: "The server is at capacity (retry after `Retry-After` seconds), or the request waited past its "
@@ -54,12 +55,12 @@ def add_error_responses(paths: dict[str, Any], specs: Specs) -> None:
 
 def statuses(path: str, method: str, has_body: bool, parameters: list[dict[str, Any]], specs: Specs) -> set[int]:
     """The error statuses Flint can answer on this operation (the module docstring says why)."""
-    if path in OPEN_PATHS:
-        return set()
+    places = {parameter_place(parameter, specs) for parameter in parameters}
+    if path in OPEN_PATHS:  # no key and no engine needed: only a path naming nothing fails
+        return {404} if "path" in places else set()
     found = {401, 503}
     if has_body:
         found |= {400, 404, 413} | ({422} if path in COMPLETIONS_PATHS else set())
-    places = {parameter_place(parameter, specs) for parameter in parameters}
     if "query" in places:
         found.add(400)
     if "path" in places:

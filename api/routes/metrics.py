@@ -11,5 +11,5 @@ from api.server.metrics import CONTENT_TYPE
 @get("/metrics", sync_to_thread=False)
 def metrics(state: State) -> Response[bytes]:
     server = state.server
-    return Response(server.metrics.render(server.engine_stats(), state.lifecycle.engine_health()),
+    return Response(server.metrics.render(server.engine_stats(), state.lifecycle.engine_health(), server.phase),
                     media_type=CONTENT_TYPE)

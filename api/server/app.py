@@ -17,11 +17,13 @@ from api.messages.errors import ANTHROPIC_ERRORS
 from api.responses import route as responses
 from api.routes import health, metrics, models, openapi
 from api.server.auth import api_key_guard
+from api.server.cors import cors_config
 from api.server.lifecycle import EngineFactory, EngineLifecycle, kept_dir, load_engine
 from api.server.logs import logging_config
 from api.server.middleware import wrap_app
 from api.server.settings import Settings
 from api.tokens import route as tokens
+from api.ui import route as ui
 from engine.loader.source import resolve_model
 
 # `/v1` is the path every OpenAI-compatible client uses; `/inference/v1` is the Fireworks
@@ -50,7 +52,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     settings = settings.served(model.context_length)
     server = ServerState(model=model, settings=settings)
     lifecycle = EngineLifecycle(server, settings, engine_factory)
-    # /health and /metrics stay outside the routers: open, and answering while starting.
+    # /health, /metrics and the chat page (api/ui/) stay outside the routers: open, and
+    # answering while starting.
     guards = [api_key_guard(settings.valid_api_keys)] if settings.valid_api_keys else []
     guards.append(require_serving)
     routers = [Router(prefix, route_handlers=API_HANDLERS, guards=guards) for prefix in API_PREFIXES]
@@ -60,12 +63,13 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     routers.append(Router(completions.SERVERLESS_PREFIX, route_handlers=completions.SERVERLESS_HANDLERS, guards=guards))
     # Every answer, routed or not, carries X-Request-Id and is logged (api/server/middleware.py).
     return wrap_app(Litestar(
-        route_handlers=[health.health, metrics.metrics, openapi.openapi_json, *routers],
+        route_handlers=[health.health, metrics.metrics, openapi.openapi_json, *ui.HANDLERS, *routers],
         state=State({"server": server, "lifecycle": lifecycle}),
         on_startup=[lifecycle.start],
         on_shutdown=[lifecycle.stop],
         exception_handlers=handlers_by_path(OPENAI_ERRORS, ERROR_SHAPES),
         request_max_body_size=settings.max_body_bytes,
+        cors_config=cors_config(settings.allowed_origins),
         openapi_config=None,  # Litestar's own /schema would contradict /openapi.json (api/openapi/contract.py)
         logging_config=logging_config(settings.log_format),
     ))

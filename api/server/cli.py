@@ -8,6 +8,8 @@ import sys
 from api.server.serve import (EXIT_BAD_ARGUMENTS, add_compilation_cache_arguments, add_device_arguments,
                               add_download_argument, add_serve_arguments, check_tensor_parallel_size,
                               compilation_cache_from_args, serve)
+from api.server.local_engine import single_stream_config
+from api.terminal.chat import add_chat_parser, chat
 
 MODEL_HELP = ("a .gguf file, a Hugging Face directory, an Orbax checkpoint, or a Hugging Face repo id (ORG/NAME, or "
               "ORG/NAME/FILE.gguf) in the local Hugging Face cache (default: the embedded SmolLM2-135M-Instruct)")
@@ -31,12 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_arguments(generate)
     add_compilation_cache_arguments(generate, "the data directory ($FLINT_DATA_DIR, else $XDG_DATA_HOME/flint, "
                                               "else ~/.local/share/flint)")
+    add_chat_parser(commands, MODEL_HELP)
     return parser
 
 
 def generate(args: argparse.Namespace) -> int:
     from api.server.lifecycle import set_up_compilation_cache
-    from engine.config import EngineConfig
+    from api.server.progress import first_token_spinner
     from engine.engine import Engine
     from engine.host.request import Request, SamplingParams, StopCriteria
     from engine.loader.source import ModelNotFoundError, resolve_model
@@ -50,33 +53,29 @@ def generate(args: argparse.Namespace) -> int:
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    # One sequence: its decode steps are one token each, and its prompt goes in chunks of up
-    # to 128 tokens. Those two shapes are all it runs, so they are all it compiles (the
-    # default buckets would compile seven: a minute more of start-up on a small CPU).
-    config = EngineConfig(max_model_len=args.max_model_len, max_num_seqs=1, max_num_batched_tokens=128,
-                          token_buckets=(1, 128),
-                          num_pages=args.max_model_len // 16 + 2, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
-                          mesh_shape=(args.tensor_parallel_size,), attention=args.attention,
-                          layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels)
+    config = single_stream_config(args)
     set_up_compilation_cache(compilation_cache_from_args(args))
-    engine = Engine.from_model(model, config, report=progress)
-    tokenizer = engine.tokenizer
-    if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
-        prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
-    else:
-        prompt_ids = tokenizer.encode(args.prompt)
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
-    while engine.has_unfinished():
-        for output in engine.step():
-            print(output.text, end="", flush=True)
+    with first_token_spinner() as spinner:  # on a terminal: a spinner on stderr until the first token
+        engine = Engine.from_model(model, config, report=progress, progress=spinner)
+        tokenizer = engine.tokenizer
+        if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
+            prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
+        else:
+            prompt_ids = tokenizer.encode(args.prompt)
+        sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+        engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
+        while engine.has_unfinished():
+            for output in engine.step():
+                if output.new_token_ids:
+                    spinner.stop()  # gone before the first text: stdout carries the answer alone
+                print(output.text, end="", flush=True)
     print()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"serve": serve, "generate": generate}[args.command](args)
+    return {"serve": serve, "generate": generate, "chat": chat}[args.command](args)
 
 
 if __name__ == "__main__":

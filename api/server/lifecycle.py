@@ -10,6 +10,7 @@ it again. Tests pass an `engine_factory` that builds a small engine instead."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import logging
@@ -24,6 +25,7 @@ from api.core.errors import ApiError
 from api.core.state import ServerState
 from api.server.engine_health import BackgroundCompile, EngineHealth, engine_health
 from api.server.multihost import LeaderLink
+from api.server.progress import StartupDisplay
 from api.server.settings import Settings
 from engine.async_engine import AsyncEngine
 from engine.device.compile_cache import CompileCounter, no_compilation_cache, use_compilation_cache
@@ -36,10 +38,11 @@ EngineFactory = Callable[[Settings], Engine]
 Result = TypeVar("Result")
 
 
-def load_engine(settings: Settings) -> Engine:
+def load_engine(settings: Settings, display: StartupDisplay | None = None) -> Engine:
     """The engine for `settings.model` (the embedded model when None), compiled: its programs
     loaded from `settings.compilation_cache` where they are there, and kept there, and its
-    served weights mapped from the data directory where an earlier start kept them.
+    served weights mapped from the data directory where an earlier start kept them. Its
+    progress is logged, and drawn by `display` (api/server/progress.py) while it loads.
 
     A single process compiles the essential buckets only, and the rest in the background
     once it serves. A multi-host group compiles every bucket here, on every process in the
@@ -47,10 +50,10 @@ def load_engine(settings: Settings) -> Engine:
     and one made beside the first steps would cross their collectives (issue 23)."""
     set_up_compilation_cache(settings.compilation_cache)
     started = time.perf_counter()
-    with CompileCounter() as counts:
+    with CompileCounter() as counts, display or contextlib.nullcontext():
         engine = Engine.from_model(settings.model, settings.engine, report=lambda message: log.info(message),
                                    compile_all=settings.topology is not None,
-                                   kept_in=kept_dir(settings))
+                                   kept_in=kept_dir(settings), progress=display)
     log.info("model loaded in %.1f s: %s", time.perf_counter() - started, counts.describe())
     return engine
 

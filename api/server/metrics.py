@@ -35,6 +35,7 @@ PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 
 
 FLINT_PREFIX, VLLM_PREFIX = "flint:", "vllm:"
 TIERS = ("priority", "default")  # api/core/tenancy.py's
+PHASES = ("starting", "ok", "draining", "failed")  # api/core/state.py's Phase, /health's status
 
 
 class Metrics:
@@ -74,6 +75,10 @@ class Metrics:
                                       ["tokens"], registry=self.registry)
         self._compile_failed = self._gauge("bucket_compile_failed",
                                            "1 when compiling the buckets start-up left failed: they stay missing.")
+        # A failed server exits soon after (`flint serve`), so "failed" may never be scraped:
+        # the alerts also read "ok" staying 0 across restarts (deploy/prometheus/flint-rules.yaml).
+        self._phase = Gauge("flint:server_phase", "1 for the server's phase now (starting, ok, draining or "
+                            "failed: /health's status), 0 for the others.", ["phase"], registry=self.registry)
         self._attention_fallback = Gauge("flint:attention_fallback",
                                          "1 when the attention kernel failed its start-up check and the reference "
                                          "serves instead; labelled with what was requested and what is in use.",
@@ -152,9 +157,9 @@ class Metrics:
     def count_program_compiled_while_serving(self) -> None:
         self._compiled_while_serving.inc()
 
-    def render(self, load: EngineStats, engine: EngineHealth | None = None) -> bytes:
-        """The exposition text, with the gauges set to `load` and `engine` (read by the caller
-        just now; `engine` None: not loaded yet)."""
+    def render(self, load: EngineStats, engine: EngineHealth | None = None, phase: str | None = None) -> bytes:
+        """The exposition text, with the gauges set to `load`, `engine` and `phase` (read by the
+        caller just now; `engine` None: not loaded yet; `phase` None: leave it as it was)."""
         self._running.set(load.num_running)
         self._waiting.set(load.num_waiting)
         self._kv_usage.set(load.kv_cache_usage)
@@ -164,7 +169,13 @@ class Metrics:
         self._set_lora(load)
         if engine is not None:
             self._set_engine_health(engine)
+        if phase is not None:
+            self._set_phase(phase)
         return generate_latest(self.registry)
+
+    def _set_phase(self, phase: str) -> None:
+        for name in PHASES:  # every phase's series, so an alert can read "ok" at 0
+            self._phase.labels(phase=name).set(name == phase)
 
     def _set_tenancy(self, load: EngineStats) -> None:
         self._running_by_tier.labels(tier="priority").set(load.num_priority_running)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from api.server.cors import add_cors_arguments
 from api.server.flag_types import at_least
 from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
@@ -67,6 +69,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default=server.host, help="address to bind (default: %(default)s)")
     serve.add_argument("--port", type=int, default=server.port, help="port to bind (default: %(default)s)")
     add_tenancy_arguments(serve)
+    add_cors_arguments(serve)
     serve.add_argument("--max-waiting", type=at_least(0), default=server.max_waiting,
                        help="queued generation requests before new ones get 429 (default: %(default)s)")
     serve.add_argument("--shutdown-timeout", type=at_least(0, float), default=server.shutdown_timeout,
@@ -196,7 +199,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     log_format=args.log_format, topology=topology_from_args(args),
                     follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora),
-                    allow_runtime_lora=args.allow_runtime_lora)
+                    allow_runtime_lora=args.allow_runtime_lora, allowed_origins=tuple(args.allowed_origins))
 
 
 def check_tensor_parallel_size(size: int) -> None:
@@ -271,7 +274,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def serve(args: argparse.Namespace) -> int:
     from api.server.app import create_app
+    from api.server.lifecycle import load_engine
     from api.server.logs import uvicorn_logging
+    from api.server.progress import startup_display
     from engine.loader.source import ModelNotFoundError, resolve_model
 
     try:
@@ -284,7 +289,8 @@ def serve(args: argparse.Namespace) -> int:
             model = resolve_model(settings.model, settings.download)
             # As the leader's create_app serves it: every process needs the same shapes.
             return serve_as_follower(settings.served(model.context_length))
-        app = create_app(settings)
+        display = startup_display(settings.log_format)  # progress lines, on a terminal with text logs
+        app = create_app(settings, functools.partial(load_engine, display=display))
     except (ModelNotFoundError, ValueError) as error:
         print(f"flint: {error}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
@@ -303,6 +309,8 @@ def serve(args: argparse.Namespace) -> int:
         # Stopped while the model compiles, or while a step waits on a follower that stopped
         # answering. Neither can be interrupted, and a thread still inside XLA when the
         # interpreter finalizes aborts the process; leave now.
+        if display is not None:  # else its last frame and hidden cursor outlive the process
+            display.close()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

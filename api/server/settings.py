@@ -79,6 +79,9 @@ class Settings:
     lora_modules: tuple[tuple[str, str], ...] = ()
     # Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (`--allow-runtime-lora`).
     allow_runtime_lora: bool = False
+    # Origins (scheme://host[:port], or "*") whose browser pages may call the API
+    # (`--allowed-origins`; api/server/cors.py). None by default: same-origin pages only.
+    allowed_origins: tuple[str, ...] = ()
 
     @property
     def valid_api_keys(self) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
 from engine.models.layers import layer_key, layer_loop_for
+from engine.loader.progress import BUCKETS, Progress, StageCount
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
@@ -132,14 +133,19 @@ class ModelRunner:
         kv_cache, batch, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))
         return (results, prompt, batch), kv_cache
 
-    def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None) -> float:
-        """Compile `buckets` (default: every token bucket) now; returns the seconds it took."""
+    def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None,
+               progress: Progress | None = None) -> float:
+        """Compile `buckets` (default: every token bucket) now; returns the seconds it took.
+        `report` is told each bucket as a log message, `progress` as a count
+        (engine/loader/progress.py)."""
         started = time.perf_counter()
         buckets = self.config.token_buckets if buckets is None else buckets
+        count = StageCount(progress, BUCKETS, len(buckets))
         if self.config.max_loras and not self._compiled:
             self._write_adapter(0, None)  # compiles the slot writes now, not at the first adapter's request
         for index, bucket in enumerate(buckets, 1):
             self._compile(bucket)
+            count.advance()
             if report:
                 lowering, compiling = self.compile_seconds.get(bucket, (0.0, 0.0))
                 report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens, lowered in {lowering:.1f} s and "

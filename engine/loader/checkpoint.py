@@ -11,6 +11,7 @@ from typing import Any
 from engine.config import ModelConfig
 from engine.loader.source import ModelSource, resolve_model
 from engine.models.params import check_params
+from engine.loader.progress import Progress
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Checkpoint:
 
 
 def load_checkpoint(source: ModelSource | str | Path | None = None,
-                    shardings: Any = None, with_params: bool = True) -> Checkpoint:
+                    shardings: Any = None, with_params: bool = True, progress: Progress | None = None) -> Checkpoint:
     """Load the checkpoint at `source`: a path, a resolved ModelSource, or None (the embedded model).
 
     Without `shardings` the weights are host NumPy arrays. With them (a pytree of Shardings
@@ -41,14 +42,15 @@ def load_checkpoint(source: ModelSource | str | Path | None = None,
     Without `with_params` (the served weights are kept, engine/loader/served_cache.py) a
     GGUF or Hugging Face checkpoint's config and tokenizer metadata are read, its weights
     not, and `params` is None.
+    `progress` is told the weights read (engine/loader/progress.py).
     Raises ValueError naming the architecture, setting or weight it cannot load.
     """
     if not isinstance(source, ModelSource):
         source = resolve_model(source)
     if source.format == "orbax":
-        checkpoint = _load_orbax(source, shardings)
+        checkpoint = _load_orbax(source, shardings, progress)
     else:
-        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source, with_params)
+        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source, with_params, progress)
     if checkpoint.params is None:
         return checkpoint
     check_params(checkpoint.config, checkpoint.params)
@@ -77,27 +79,27 @@ def _place(config: ModelConfig, params: dict, shardings: Any) -> dict:
     return jax.tree.unflatten(treedef, placed)
 
 
-def _load_gguf(source: ModelSource, with_params: bool = True) -> Checkpoint:
+def _load_gguf(source: ModelSource, with_params: bool, progress: Progress | None) -> Checkpoint:
     from engine.loader.gguf import config_from_gguf, load_gguf_params, read_gguf
 
     reader = read_gguf(source.path)
     config = config_from_gguf(reader.fields, {t.name for t in reader.tensors})
-    params = load_gguf_params(reader, config) if with_params else None
+    params = load_gguf_params(reader, config, progress) if with_params else None
     # The parsed header (and its views of the mapped file, ~200 MB resident for SmolLM2)
     # lives on only as long as this checkpoint's `gguf_fields`, not for the process.
     read_gguf.cache_clear()
     return Checkpoint(config, params, source, gguf_fields=reader.fields)
 
 
-def _load_hf(source: ModelSource, with_params: bool = True) -> Checkpoint:
+def _load_hf(source: ModelSource, with_params: bool, progress: Progress | None) -> Checkpoint:
     from engine.loader.hf import load_hf_config, load_hf_params
 
     config = load_hf_config(source.path)
-    return Checkpoint(config, load_hf_params(source.path, config) if with_params else None, source)
+    return Checkpoint(config, load_hf_params(source.path, config, progress) if with_params else None, source)
 
 
-def _load_orbax(source: ModelSource, shardings: Any) -> Checkpoint:
+def _load_orbax(source: ModelSource, shardings: Any, progress: Progress | None) -> Checkpoint:
     from engine.loader.orbax import restore_orbax
 
-    config, params = restore_orbax(source.path, shardings)
+    config, params = restore_orbax(source.path, shardings, progress=progress)
     return Checkpoint(config, params, source)

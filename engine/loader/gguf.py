@@ -25,6 +25,7 @@ from engine.config import LINEAR, ModelConfig, RopeScaling
 from engine.models import family_for_gguf, family_of
 from engine.models.family import TensorNames
 from engine.models.params import param_specs
+from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 # ggml types that gguf.quants.dequantize leaves out because they are plain numbers.
 _PLAIN_TYPES = {
@@ -142,18 +143,21 @@ def dequantize(tensor) -> np.ndarray:
     return array.reshape(tuple(reversed([int(n) for n in tensor.shape])))
 
 
-def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
-    """The float32 weights pytree (engine/models/params.py layout) from an open GGUF file."""
+def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig, progress: Progress | None = None) -> dict:
+    """The float32 weights pytree (engine/models/params.py layout) from an open GGUF file;
+    `progress` is told each tensor read (engine/loader/progress.py)."""
     tensors = {t.name: t for t in reader.tensors}
     family, specs = family_of(config), param_specs(config)
     permuted = _value(reader.fields, "general.architecture") in family.gguf_permuted_qk
     names = family.gguf_tensors
     _refuse_unused(tensors, config)
+    count = StageCount(progress, WEIGHTS, len(tensors))  # each read once: ones it would not use were refused
 
     def read(name: str, heads: int | None = None) -> np.ndarray:
         if name not in tensors:
             raise ValueError(f"GGUF file lacks tensor {name}")
         array = dequantize(tensors[name])
+        count.advance()
         if heads is not None:
             array = unpermute_rows(array, heads)
         if family.gguf_norm_offset and name.endswith("norm.weight"):
@@ -164,6 +168,7 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig) -> dict:
     params["layers"] = {name: _stack(read, config, names, name, permuted) for name in specs["layers"]}
     if names.top.get("rope_freq_factors") in tensors:
         params["rope_freq_factors"] = np.array(read(names.top["rope_freq_factors"]))
+    count.finish()
     return params
 
 

@@ -19,6 +19,7 @@ from safetensors import safe_open
 from engine.config import LINEAR, LLAMA3, ModelConfig, RopeScaling
 from engine.models import family_for_hf, family_of
 from engine.models.params import param_specs
+from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 
 def config_from_hf(config_json: dict) -> ModelConfig:
@@ -78,10 +79,14 @@ def load_hf_config(directory: str | Path) -> ModelConfig:
     return config_from_hf(json.loads((Path(directory) / "config.json").read_text()))
 
 
-def load_hf_params(directory: str | Path, config: ModelConfig) -> dict:
-    """The float32 weights pytree (engine/models/params.py layout) from `directory`'s safetensors."""
+def load_hf_params(directory: str | Path, config: ModelConfig, progress: Progress | None = None) -> dict:
+    """The float32 weights pytree (engine/models/params.py layout) from `directory`'s
+    safetensors; `progress` is told each tensor read (engine/loader/progress.py)."""
     files = _tensor_files(Path(directory))
     _refuse_unused(files, config)
+    # Out of every tensor in the files: a tied checkpoint's copy of the embedding and the
+    # ignored ones are not read, and count as done at the end.
+    count = StageCount(progress, WEIGHTS, len(files))
     with contextlib.ExitStack() as stack:
         handles = {path: stack.enter_context(safe_open(path, framework="numpy"))
                    for path in set(files.values())}
@@ -89,9 +94,13 @@ def load_hf_params(directory: str | Path, config: ModelConfig) -> dict:
         def read(name: str) -> np.ndarray:
             if name not in files:
                 raise ValueError(f"checkpoint lacks tensor {name}")
-            return handles[files[name]].get_tensor(name).astype(np.float32)
+            array = handles[files[name]].get_tensor(name).astype(np.float32)
+            count.advance()
+            return array
 
-        return _read_params(read, config)
+        params = _read_params(read, config)
+    count.finish()
+    return params
 
 
 def _read_params(read, config: ModelConfig) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.config import ModelConfig, RopeScaling
 from engine.loader.source import ORBAX_CONFIG_FILE
+from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 FORMAT_VERSION = 1
 PARAMS_DIR = "params"
@@ -85,12 +86,13 @@ def read_orbax_config(directory: str | Path) -> ModelConfig:
 
 
 def restore_orbax(directory: str | Path, shardings: Shardings | None = None,
-                  dtype: Any = None) -> tuple[ModelConfig, dict]:
+                  dtype: Any = None, progress: Progress | None = None) -> tuple[ModelConfig, dict]:
     """Read a checkpoint written by save_orbax: (config, params).
 
     Without `shardings` the params are NumPy arrays on the host. With them (see Shardings
     above), each weight becomes a jax.Array laid out by its Sharding. `dtype` (such as
-    "bfloat16") casts the weights as they are read.
+    "bfloat16") casts the weights as they are read. `progress` is told the weights'
+    count before and after (engine/loader/progress.py): Orbax restores them all in one call.
     """
     import orbax.checkpoint as ocp
 
@@ -99,7 +101,9 @@ def restore_orbax(directory: str | Path, shardings: Shardings | None = None,
     with ocp.PyTreeCheckpointer() as checkpointer:
         stored = checkpointer.metadata(directory / PARAMS_DIR).item_metadata.tree
         args = _restore_args(config, stored, shardings, dtype)
+        count = StageCount(progress, WEIGHTS, len(jax.tree.leaves(stored)))
         params = checkpointer.restore(directory / PARAMS_DIR, restore_args=args)
+    count.finish()
     return config, params
 
 

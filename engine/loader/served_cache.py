@@ -32,6 +32,7 @@ from engine.device.weights import Int8Weight, serving_weights
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.kept import files_key
 from engine.loader.source import ModelSource
+from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 log = logging.getLogger("flint")
 
@@ -100,8 +101,9 @@ def save(path: Path, weights: dict) -> None:
     partial.replace(path)
 
 
-def load(path: Path) -> dict | None:
-    """The served pytree kept at `path` as host arrays, or None where there is none that reads."""
+def load(path: Path, progress: Progress | None = None) -> dict | None:
+    """The served pytree kept at `path` as host arrays, or None where there is none that reads;
+    `progress` is told each tensor read (engine/loader/progress.py)."""
     if not path.is_file():
         return None
     try:
@@ -110,7 +112,12 @@ def load(path: Path) -> dict | None:
             if metadata.get("format") != FORMAT:
                 return None
             dtypes = json.loads(metadata.get("dtypes", "{}"))
-            flat = {key: _widened(kept.get_tensor(key), dtypes.get(key)) for key in kept.keys()}
+            keys = kept.keys()
+            count = StageCount(progress, WEIGHTS, len(keys))
+            flat = {}
+            for key in keys:
+                flat[key] = _widened(kept.get_tensor(key), dtypes.get(key))
+                count.advance()
     except (OSError, ValueError, SafetensorError) as error:  # cut short, or not ours
         log.warning("served weights at %s cannot be read (%s): making them again", path, error)
         return None

@@ -14,6 +14,7 @@ from engine.loader import served_cache
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.loader.kept import load_description, save_description
 from engine.loader.source import ModelSource
+from engine.loader.progress import Progress
 from engine.text.tokenizer import Tokenizer
 
 
@@ -24,19 +25,21 @@ def served_config(config: EngineConfig, source: ModelSource) -> EngineConfig:
 
 
 def load_for_serving(source: ModelSource, config: EngineConfig, mesh, kept_in,
-                     report: Callable[[str], None] | None = None) -> tuple[Checkpoint, Tokenizer, dict | None]:
+                     report: Callable[[str], None] | None = None,
+                     progress: Progress | None = None) -> tuple[Checkpoint, Tokenizer, dict | None]:
     """The checkpoint (its params None where the served weights are given), its tokenizer,
     and its served weights where they were kept in `kept_in` (engine/loader/served_cache.py:
     mapped, with the description engine/loader/kept.py keeps, and no checkpoint read) or are
-    to be kept there (made here and written); None where nothing is kept."""
+    to be kept there (made here and written); None where nothing is kept. `progress` is told
+    the weights read, kept or from the checkpoint (engine/loader/progress.py)."""
     entry = served_cache.entry_for(kept_in, source, config, mesh)
     if entry is not None:
-        served, description = served_cache.load(entry), load_description(kept_in, source.path)
+        served, description = served_cache.load(entry, progress), load_description(kept_in, source.path)
         if served is not None and description is not None:
             if report:
                 report(f"the served weights and the model's description read from {kept_in}")
             return Checkpoint(description.config, None, source), description.tokenizer, served
-    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p))
+    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p), progress=progress)
     tokenizer = tokenizer_for(checkpoint)
     if entry is None:
         return checkpoint, tokenizer, None

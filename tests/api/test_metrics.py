@@ -126,6 +126,26 @@ def test_the_lora_info_names_the_adapters_of_running_and_waiting_requests():
     assert samples(text)[LORA_INFO] > 1.7e9  # the time of the reading, as vLLM's
 
 
+def phases(text: str) -> dict[str, float]:
+    """flint:server_phase's value by phase."""
+    (family,) = [family for family in text_string_to_metric_families(text) if family.name == "flint:server_phase"]
+    return {sample.labels["phase"]: sample.value for sample in family.samples}
+
+
+def test_the_server_phase_is_health_s_status(client):
+    assert client.get("/health").json()["status"] == "ok"
+    assert phases(scrape_text(client)) == {"starting": 0, "ok": 1, "draining": 0, "failed": 0}
+
+
+def test_the_server_phase_follows_each_render():
+    metrics, idle = Metrics(), EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0)
+    assert phases(metrics.render(idle).decode()) == {}  # no phase told, none shown
+    assert phases(metrics.render(idle, phase="starting").decode())["starting"] == 1
+    assert phases(metrics.render(idle, phase="failed").decode()) == {"starting": 0, "ok": 0, "draining": 0,
+                                                                     "failed": 1}
+    assert phases(metrics.render(idle).decode())["failed"] == 1  # kept until told another
+
+
 def test_record_request_fills_counters_and_histograms():
     metrics = Metrics()
     metrics.record_request(prompt_tokens=7, generation_tokens=3, time_to_first_token=0.2,

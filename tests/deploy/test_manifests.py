@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = sorted(path.parent.relative_to(ROOT).as_posix() for path in DEPLOY.rglob("kustomization.yaml"))
 GPU_KUSTOMIZATIONS = {"deploy/gpu", "deploy/multi-host"}
+# Prometheus's rule files, not Kubernetes objects: test_dashboards.py checks them.
+PROMETHEUS_RULES = DEPLOY / "prometheus"
 # Custom resources outside the core API, each with tests/deploy's own schema of it.
 CUSTOM_RESOURCES = {(INFERENCE_POOL_API_VERSION, "InferencePool"): INFERENCE_POOL,
                     (HTTP_ROUTE_API_VERSION, "HTTPRoute"): HTTP_ROUTE}
@@ -76,7 +78,8 @@ def port_flag(pod: Pod, container: dict) -> int:
 
 def test_every_manifest_is_rendered_by_a_kustomization():
     named = set().union(*(referenced_files(ROOT / kustomization) for kustomization in KUSTOMIZATIONS))
-    manifests = [*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")]
+    manifests = [path for path in [*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")]
+                 if not path.is_relative_to(PROMETHEUS_RULES)]
     stray = [path.relative_to(ROOT).as_posix() for path in manifests if path.resolve() not in named]
     assert not stray, f"YAML in deploy/ that no kustomization names, so no test checks: {stray}"
 
