@@ -83,14 +83,19 @@ def checked_messages(messages: Any) -> list[dict[str, str]]:
     return checked
 
 
+def parsed(value: Any, kind: type) -> Any:
+    """`value` read as `kind` when it is text (None when it does not read), else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        return None
+
+
 def checked_temperature(value: Any) -> float:
     """`value` (a number, or its text) as a temperature from 0 to MAX_TEMPERATURE, else ValueError."""
-    number = value
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
+    number = parsed(value, float)
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
             or not 0 <= number <= MAX_TEMPERATURE:
         raise ValueError(f"the temperature must be a number from 0 to {MAX_TEMPERATURE:g}, not {value!r}")
@@ -99,12 +104,7 @@ def checked_temperature(value: Any) -> float:
 
 def checked_max_tokens(value: Any) -> int:
     """`value` (an integer, or its text) as a reply's token limit, at least 1, else ValueError."""
-    number = value
-    if isinstance(value, str):
-        try:
-            number = int(value)
-        except ValueError:
-            number = None
+    number = parsed(value, int)
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise ValueError(f"the token limit must be a positive integer, not {value!r}")
     return number
