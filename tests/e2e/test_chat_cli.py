@@ -145,7 +145,11 @@ def test_reset_clears_the_conversation_and_keeps_the_system_prompt(server, open_
 
 
 def test_ctrl_c_stops_a_reply_and_the_chat_goes_on(server, open_chat, tmp_path):
-    chat = open_chat("--url", server, "--api-key", API_KEY, "--max-tokens", str(LONG))
+    # Sampled, not greedy: a greedy path of the random model can reach its EOS within a few
+    # dozen tokens (it did in CI, where the worker's pinned core sums in another order), and the
+    # reply would end before the Ctrl-C. Sampled over its near-uniform distribution, an EOS
+    # within the first hundred tokens is a chance in hundreds.
+    chat = open_chat("--url", server, "--api-key", API_KEY, "--max-tokens", str(LONG), "--temperature", "1")
     before = metrics(server)
     chat.say("Tell me a long story")
     chat.child.expect(r"\S")
@@ -177,7 +181,9 @@ def test_server_errors_are_one_line_and_the_chat_goes_on(server, open_chat):
 
 
 def test_an_in_process_chat_answers_and_ctrl_c_stops_it(tiny_model, open_chat, tmp_path):
-    chat = open_chat("--local", "--model", str(tiny_model), "--max-model-len", str(LONG_CONTEXT))
+    # Sampled, as in the test above: a greedy path may reach the EOS before the Ctrl-C.
+    chat = open_chat("--local", "--model", str(tiny_model), "--max-model-len", str(LONG_CONTEXT),
+                     "--temperature", "1")
     chat.say("Tell me a long story")
     chat.child.expect(r"\S", timeout=300)
     chat.child.sendintr()
