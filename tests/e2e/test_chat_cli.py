@@ -2,8 +2,9 @@
 serve` of a tiny random model (it starts in seconds; its text is gibberish, so the tests check
 what the server's /metrics and the chat's own /save say), and once with the model in process.
 
-Every chat is greedy (--temperature 0): the random model's output is then the same on every
-run, and it does not happen on its EOS within the tokens asked for."""
+Chats are greedy (--temperature 0), so the random model's output is the same on every run,
+except where a reply must outlast a Ctrl-C: a greedy path may reach the EOS early, and those
+replies are sampled."""
 
 from __future__ import annotations
 
