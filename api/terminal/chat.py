@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from contextlib import closing
 
@@ -83,6 +84,10 @@ def flag_type(check):
 
 def chat(args: argparse.Namespace) -> int:
     """Run the chat until the user leaves; the exit status."""
+    # Ctrl-C is how a reply is stopped, so it must raise KeyboardInterrupt whatever the chat
+    # inherited: Python keeps SIGINT ignored when the parent ignored it (a shell's background
+    # job, a service manager), and Ctrl-C would then do nothing while a reply streams.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return run_chat(args, Screen())
     except KeyboardInterrupt:  # while the model loads or the server is first asked for its model

@@ -209,3 +209,34 @@ def test_with_an_api_key_set_a_wrong_key_shows_the_error(driver, keyed_server, t
     page.send("Hello again?")
     stats = page.wait_until_replied(60)
     assert not page.reply_error() and "completion tokens" in stats
+
+
+# Wraps the page's fetch to keep each chat request's body, as the server receives it.
+RECORD_REQUESTS = """
+window.sentBodies = [];
+const fetchBefore = window.fetch;
+window.fetch = (url, options) => {
+  if (String(url).endsWith('/v1/chat/completions')) window.sentBodies.push(JSON.parse(options.body));
+  return fetchBefore(url, options);
+};
+"""
+
+
+def test_the_settings_and_the_system_prompt_go_with_each_request(page):
+    page.set_settings(system="Answer in French.", temperature=0.3, top_p=0.9, max_tokens=16, seed=11)
+    page.driver.execute_script(RECORD_REQUESTS)
+    page.send("Say hello.")
+    page.wait_until_replied()
+    page.send("Again.")
+    page.wait_until_replied()
+    first, second = page.driver.execute_script("return window.sentBodies")
+    for body in (first, second):
+        assert {key: body[key] for key in ("temperature", "top_p", "max_tokens", "seed", "stream")} == \
+            {"temperature": 0.3, "top_p": 0.9, "max_tokens": 16, "seed": 11, "stream": True}
+        assert body["stream_options"] == {"include_usage": True}
+    assert first["messages"] == [{"role": "system", "content": "Answer in French."},
+                                 {"role": "user", "content": "Say hello."}]
+    reply = page.kept_conversations()[0]["messages"][1]["content"]
+    assert second["messages"][1:] == [{"role": "user", "content": "Say hello."},
+                                      {"role": "assistant", "content": reply},
+                                      {"role": "user", "content": "Again."}]
