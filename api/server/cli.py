@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
+from api.server.local_engine import load_local_engine
 from api.server.serve import (EXIT_BAD_ARGUMENTS, add_compilation_cache_arguments, add_device_arguments,
-                              add_download_argument, add_serve_arguments, check_tensor_parallel_size,
-                              compilation_cache_from_args, serve)
-from api.server.local_engine import single_stream_config
+                              add_download_argument, add_serve_arguments, serve)
 from api.terminal.chat import add_chat_parser, chat
+
+if TYPE_CHECKING:  # the engine (and JAX) load only when a command needs them
+    from api.server.progress import FirstTokenSpinner
+    from engine.engine import Engine
 
 MODEL_HELP = ("a .gguf file, a Hugging Face directory, an Orbax checkpoint, or a Hugging Face repo id (ORG/NAME, or "
               "ORG/NAME/FILE.gguf) in the local Hugging Face cache (default: the embedded SmolLM2-135M-Instruct)")
@@ -38,39 +42,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def generate(args: argparse.Namespace) -> int:
-    from api.server.lifecycle import set_up_compilation_cache
     from api.server.progress import first_token_spinner
-    from engine.engine import Engine
-    from engine.host.request import Request, SamplingParams, StopCriteria
-    from engine.loader.source import ModelNotFoundError, resolve_model
+    from engine.loader.source import ModelNotFoundError
 
-    def progress(message: str) -> None:
-        print(f"flint: {message}", file=sys.stderr, flush=True)
-
-    try:
-        check_tensor_parallel_size(args.tensor_parallel_size)
-        model = resolve_model(args.model, args.download)
-    except (ModelNotFoundError, ValueError) as error:
-        print(f"flint: {error}", file=sys.stderr)
-        return EXIT_BAD_ARGUMENTS
-    config = single_stream_config(args)
-    set_up_compilation_cache(compilation_cache_from_args(args))
     with first_token_spinner() as spinner:  # on a terminal: a spinner on stderr until the first token
-        engine = Engine.from_model(model, config, report=progress, progress=spinner)
-        tokenizer = engine.tokenizer
-        if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
-            prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
-        else:
-            prompt_ids = tokenizer.encode(args.prompt)
-        sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-        engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
-        while engine.has_unfinished():
-            for output in engine.step():
-                if output.new_token_ids:
-                    spinner.stop()  # gone before the first text: stdout carries the answer alone
-                print(output.text, end="", flush=True)
+        try:
+            engine = load_local_engine(args, progress=spinner)
+        except (ModelNotFoundError, ValueError) as error:
+            spinner.stop()
+            print(f"flint: {error}", file=sys.stderr)
+            return EXIT_BAD_ARGUMENTS
+        stream_completion(engine, args, spinner)
     print()
     return 0
+
+
+def stream_completion(engine: Engine, args: argparse.Namespace, spinner: FirstTokenSpinner) -> None:
+    """`args.prompt`'s completion printed to stdout as it is generated."""
+    from engine.host.request import Request, SamplingParams, StopCriteria
+
+    tokenizer = engine.tokenizer
+    if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
+        prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
+    while engine.has_unfinished():
+        for output in engine.step():
+            if output.new_token_ids:
+                spinner.stop()  # gone before the first text: stdout carries the answer alone
+            print(output.text, end="", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

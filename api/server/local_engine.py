@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from engine.config import EngineConfig
 
 if TYPE_CHECKING:  # JAX loads only when an engine is built
     from engine.engine import Engine
+    from engine.loader.progress import Progress
 
 
 def single_stream_config(args: argparse.Namespace) -> EngineConfig:
@@ -26,10 +28,16 @@ def single_stream_config(args: argparse.Namespace) -> EngineConfig:
                         layer_loop=args.layer_loop, cpu_kernels=args.cpu_kernels)
 
 
-def load_local_engine(args: argparse.Namespace, report: Callable[[str], None]) -> Engine:
+def report_to_stderr(message: str) -> None:
+    """The loader's log lines, as the local commands print them."""
+    print(f"flint: {message}", file=sys.stderr, flush=True)
+
+
+def load_local_engine(args: argparse.Namespace, report: Callable[[str], None] = report_to_stderr,
+                      progress: Progress | None = None) -> Engine:
     """The model of --model (with --download) on the devices the flags ask for, compiled,
-    with its progress told to `report`. Raises ModelNotFoundError or ValueError for flags
-    that cannot be served."""
+    with its log lines told to `report` and its counts to `progress`. Raises
+    ModelNotFoundError or ValueError for flags that cannot be served."""
     from api.server.lifecycle import set_up_compilation_cache
     from engine.engine import Engine
     from engine.loader.source import resolve_model
@@ -37,4 +45,4 @@ def load_local_engine(args: argparse.Namespace, report: Callable[[str], None]) -
     check_tensor_parallel_size(args.tensor_parallel_size)
     model = resolve_model(args.model, args.download)
     set_up_compilation_cache(compilation_cache_from_args(args))
-    return Engine.from_model(model, single_stream_config(args), report=report)
+    return Engine.from_model(model, single_stream_config(args), report=report, progress=progress)

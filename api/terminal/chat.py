@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from contextlib import closing
 
 from api.server.serve import (EXIT_BAD_ARGUMENTS, add_compilation_cache_arguments, add_device_arguments,
@@ -121,11 +120,9 @@ def open_transport(args: argparse.Namespace, screen: Screen) -> Transport | None
     from api.server.local_engine import load_local_engine
     from api.terminal.local import LocalChat
     from engine.loader.source import ModelNotFoundError
-    def progress(message: str) -> None:
-        print(f"flint: {message}", file=sys.stderr, flush=True)
 
     try:
-        engine = load_local_engine(args, report=progress)
+        engine = load_local_engine(args)
     except (ModelNotFoundError, ValueError) as error:
         screen.error(str(error))
         return None
