@@ -1,12 +1,11 @@
 // The chat page: the same public API any client uses (/v1/models, /v1/chat/completions
 // streamed), with the API key when one is set. State lives in local storage (storage.js).
 import { messageView } from "./render.js";
+import * as panel from "./settings.js";
 import * as storage from "./storage.js";
 import { ApiError, listModels, streamChat } from "./stream.js";
 
 const $ = (id) => document.getElementById(id);
-const FIELDS = ["system", "temperature", "top_p", "max_tokens", "seed", "api_key", "json_mode", "schema"];
-const THEMES = ["auto", "light", "dark"];
 
 const state = {
   settings: storage.loadSettings(),
@@ -31,58 +30,6 @@ function keep() {
   state.conversations = state.conversations.filter((c) => c.messages.length || c.id === state.current);
   storage.saveConversations(state.conversations);
   storage.saveCurrentId(state.current);
-}
-
-// ---- settings ---------------------------------------------------------------------------
-
-function showSettings() {
-  for (const name of FIELDS) {
-    const input = $(name);
-    if (input.type === "checkbox") input.checked = Boolean(state.settings[name]);
-    else input.value = state.settings[name] ?? "";
-  }
-  $("schema-label").hidden = !state.settings.json_mode;
-}
-
-function readSettings() {
-  for (const name of FIELDS) {
-    const input = $(name);
-    state.settings[name] = input.type === "checkbox" ? input.checked : input.value;
-  }
-  $("schema-label").hidden = !state.settings.json_mode;
-  storage.saveSettings(state.settings);
-}
-
-function applyTheme() {
-  const theme = state.settings.theme;
-  document.documentElement.dataset.theme = theme;
-  $("theme").textContent = `Theme: ${theme}`;
-  const dark = theme === "dark" || (theme === "auto" && matchMedia("(prefers-color-scheme: dark)").matches);
-  $("code-dark").disabled = !dark;
-  $("code-light").disabled = dark;
-}
-
-/** The request's sampling fields and response format; throws Error on a bad value. */
-function samplingFields() {
-  const s = state.settings;
-  const fields = {};
-  const numbers = { temperature: s.temperature, top_p: s.top_p, max_tokens: s.max_tokens, seed: s.seed };
-  for (const [name, value] of Object.entries(numbers)) {
-    if (value === "" || value === null || value === undefined) continue;
-    const number = Number(value);
-    if (!Number.isFinite(number)) throw new Error(`${name} must be a number`);
-    fields[name] = number;
-  }
-  if (s.json_mode) {
-    let schema;
-    try {
-      schema = JSON.parse(s.schema);
-    } catch (error) {
-      throw new Error(`The JSON schema is not valid JSON: ${error.message}`);
-    }
-    fields.response_format = { type: "json_schema", json_schema: { name: "reply", schema, strict: true } };
-  }
-  return fields;
 }
 
 // ---- the conversation list and messages ---------------------------------------------------
@@ -176,7 +123,7 @@ async function send(text) {
   const conversation = currentConversation();
   let sampling;
   try {
-    sampling = samplingFields();
+    sampling = panel.samplingFields(state.settings);
     $("settings-error").hidden = true;
   } catch (error) {
     $("settings-error").textContent = error.message;
@@ -292,23 +239,11 @@ function onPageKey(event) {
   }
 }
 
-function toggleSettings() {
-  const panel = $("settings");
-  panel.hidden = !panel.hidden;
-  $("toggle-settings").setAttribute("aria-expanded", String(!panel.hidden));
-}
-
-function nextTheme() {
-  state.settings.theme = THEMES[(THEMES.indexOf(state.settings.theme) + 1) % THEMES.length];
-  storage.saveSettings(state.settings);
-  applyTheme();
-}
-
 function start() {
   state.current = storage.loadCurrentId();
   currentConversation();
-  showSettings();
-  applyTheme();
+  panel.showSettings(state.settings);
+  panel.applyTheme(state.settings);
   showConversations();
   showMessages();
   $("composer").addEventListener("submit", onSubmit);
@@ -316,12 +251,12 @@ function start() {
   document.addEventListener("keydown", onPageKey);
   $("stop").addEventListener("click", stop);
   $("new-chat").addEventListener("click", startNewConversation);
-  $("toggle-settings").addEventListener("click", toggleSettings);
-  $("theme").addEventListener("click", nextTheme);
-  $("settings").addEventListener("input", readSettings);
+  $("toggle-settings").addEventListener("click", panel.toggleSettings);
+  $("theme").addEventListener("click", () => panel.nextTheme(state.settings));
+  $("settings").addEventListener("input", () => panel.readSettings(state.settings));
   $("settings").addEventListener("submit", (event) => event.preventDefault());
   $("api_key").addEventListener("change", () => { state.model = null; });
-  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => panel.applyTheme(state.settings));
   servedModel().catch((error) => { $("model").textContent = `(${error.message})`; });
 }
 
