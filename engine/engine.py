@@ -131,7 +131,10 @@ class Engine:
         checkpoint.params = served = None  # the runner holds the served weights; let the loaded ones go
         if report:
             report(engine.describe())
-        engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets(), progress)
+        # Before the engine serves, so every core it may use compiles: XLA's compiles of two
+        # buckets (or their loads from the compilation cache) overlap.
+        engine.runner.warmup(report, None if compile_all else engine.runner.essential_buckets(), progress,
+                             threads=usable_cores())
         return engine
 
     def describe(self) -> str:
@@ -143,7 +146,9 @@ class Engine:
 
     def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
         """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from
-        another thread: a step uses a bucket once it is compiled); returns the seconds it took."""
+        another thread: a step uses a bucket once it is compiled); returns the seconds it took.
+        The grammar compiler's vocabulary is built first, for the first structured request."""
+        self.grammars.prepare()
         return self.runner.warmup(report, self.runner.remaining_buckets())
 
     def add_request(self, request: Request) -> None:
@@ -341,3 +346,8 @@ class Engine:
 def adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
     """The LoRA adapters `seqs` run with, by name, sorted (the base counts as none)."""
     return tuple(sorted({seq.adapter.name for seq in seqs if seq.adapter is not None}))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

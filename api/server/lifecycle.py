@@ -29,8 +29,8 @@ from api.server.progress import StartupDisplay
 from api.server.settings import Settings
 from engine.async_engine import AsyncEngine
 from engine.device.compile_cache import CompileCounter, no_compilation_cache, use_compilation_cache
+from engine.device.step_export import STEPS_DIR, keep_lowered_steps
 from engine.engine import Engine
-from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger("flint")
 
@@ -76,16 +76,21 @@ def kept_dir(settings: Settings) -> str:
 
 
 def set_up_compilation_cache(directory: str | None) -> None:
-    """Use the cache in `directory` (None: none). One that cannot be used is worth a warning,
-    not a server that does not start: the programs are compiled instead."""
+    """Use the cache in `directory` (None: none), and keep the lowered steps beside it
+    (engine/device/step_export.py). One that cannot be used is worth a warning, not a
+    server that does not start: the programs are compiled instead."""
     if directory is None:
         no_compilation_cache()
+        keep_lowered_steps(None)
         return
     try:
-        use_compilation_cache(directory)
+        path = use_compilation_cache(directory)
     except OSError as error:
         log.warning("the compilation cache at %s cannot be used (%s): every program is compiled", directory, error)
         no_compilation_cache()
+        keep_lowered_steps(None)
+        return
+    keep_lowered_steps(path / STEPS_DIR)
 
 
 def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> bool:
@@ -122,13 +127,6 @@ def return_freed_memory() -> None:
     except (OSError, AttributeError):  # not glibc
         return
     trim(0)
-
-
-def longest_token_bytes(tokenizer: Tokenizer) -> int:
-    """The most bytes one token of the vocabulary stands for (its own bytes, or the text of
-    a special token)."""
-    return max(max(len(tokenizer.token_bytes(token) or b""), len(tokenizer.decode([token]).encode()))
-               for token in range(tokenizer.vocab_size))
 
 
 class EngineLifecycle:
@@ -203,7 +201,7 @@ class EngineLifecycle:
     def _build(self, settings: Settings) -> AsyncEngine:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""
         engine = self.factory(settings)
-        self.server.max_token_bytes = longest_token_bytes(engine.tokenizer)
+        self.server.max_token_bytes = engine.tokenizer.longest_token_bytes()
         self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
         return_freed_memory()
         loop = self._loop

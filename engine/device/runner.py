@@ -1,8 +1,8 @@
 """ModelRunner: packs a step's rows into a bucketed BatchInputs and runs the compiled step.
 
-Every token bucket is compiled ahead of time at start-up (`warmup`), and a step only ever
-calls one of those executables: a shape that was not compiled is an error, not a silent
-recompile in the middle of serving.
+Every token bucket is compiled ahead of time (`warmup`, engine/device/bucket_programs.py), and
+a step only ever calls one of those executables: a shape that was not compiled is an error,
+not a silent recompile in the middle of serving.
 
 One call can run several decode steps (`num_steps`, a runtime value, so it costs no extra
 executable): the compiled step is a loop of forward and sample whose next input is the
@@ -15,7 +15,6 @@ HTTP stream's wake-up) once per window instead of once per token.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import jax
@@ -26,10 +25,12 @@ from flax import nnx
 from engine.config import UNROLLED, EngineConfig, ModelConfig
 from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
+from engine.device.bucket_programs import BucketPrograms, StepProgram
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache, kv_cache_dtype
 from engine.device.lora import empty_slots, slot_values, write_slot
 from engine.device.native import NATIVE
+from engine.device.native import target_names as native_target_names
 from engine.device.native import resolve as resolve_cpu_kernels
 from engine.device.sharding import make_mesh, replicated, served_shardings
 from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
@@ -37,7 +38,7 @@ from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
 from engine.models.layers import layer_key, layer_loop_for
-from engine.loader.progress import BUCKETS, Progress, StageCount
+from engine.loader.progress import Progress
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
@@ -85,8 +86,7 @@ class ModelRunner:
         self._abstract_state = abstract(self.state)
         self._step = jax.jit(self._forward_and_sample, donate_argnums=(1,),
                              compiler_options=engine_config.compiler_options)
-        self._compiled: dict[int, Callable] = {}
-        self.compile_seconds: dict[int, tuple[float, float]] = {}  # bucket: (lowering, XLA compile)
+        self.programs = BucketPrograms(engine_config.token_buckets, self._step_program())
         self._all_logits = jax.jit(self._logits_of_every_token, donate_argnums=(1,),
                                    compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
@@ -134,64 +134,47 @@ class ModelRunner:
         return (results, prompt, batch), kv_cache
 
     def warmup(self, report: Callable[[str], None] | None = None, buckets: tuple[int, ...] | None = None,
-               progress: Progress | None = None) -> float:
-        """Compile `buckets` (default: every token bucket) now; returns the seconds it took.
-        `report` is told each bucket as a log message, `progress` as a count
-        (engine/loader/progress.py)."""
-        started = time.perf_counter()
-        buckets = self.config.token_buckets if buckets is None else buckets
-        count = StageCount(progress, BUCKETS, len(buckets))
-        if self.config.max_loras and not self._compiled:
+               progress: Progress | None = None, threads: int = 1) -> float:
+        """Compile `buckets` (default: every token bucket) now, `threads` at a time
+        (engine/device/bucket_programs.py); returns the seconds it took."""
+        if self.config.max_loras and not self.programs.compiled:
             self._write_adapter(0, None)  # compiles the slot writes now, not at the first adapter's request
-        for index, bucket in enumerate(buckets, 1):
-            self._compile(bucket)
-            count.advance()
-            if report:
-                lowering, compiling = self.compile_seconds.get(bucket, (0.0, 0.0))
-                report(f"compiled bucket {index}/{len(buckets)}: {bucket} tokens, lowered in {lowering:.1f} s and "
-                       f"compiled in {compiling:.1f} s ({time.perf_counter() - started:.1f} s in all)")
-        return time.perf_counter() - started
+        return self.programs.warmup(report, buckets, progress, threads)
 
     def essential_buckets(self) -> tuple[int, ...]:
-        """The buckets that serve every step: one token (a single stream's decode) and the
-        largest. Until the others are compiled a step runs in the smallest compiled bucket
-        that holds it, padded: correct, only slower."""
-        buckets = self.config.token_buckets
-        return tuple(dict.fromkeys((buckets[0], buckets[-1])))
+        return self.programs.essential()
 
     def remaining_buckets(self) -> tuple[int, ...]:
-        return tuple(bucket for bucket in self.config.token_buckets if bucket not in self._compiled)
+        return self.programs.remaining()
 
     def bucket_for(self, num_tokens: int) -> int:
-        """The smallest compiled bucket holding `num_tokens` (the smallest bucket at all
-        before anything is compiled: tests and tools run uncompiled through plain jit)."""
-        compiled = [bucket for bucket in self.config.token_buckets if bucket in self._compiled]
-        for bucket in compiled or self.config.token_buckets:
-            if bucket >= num_tokens:
-                return bucket
-        raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.config.token_buckets[-1]}")
+        return self.programs.bucket_for(num_tokens)
 
-    def _compile(self, bucket: int) -> Callable:
-        """The step for `bucket`, compiled from shapes alone: it may run in a background
-        thread while steps run, and the cache arrays it would otherwise read are donated."""
-        if bucket not in self._compiled:
-            sharding = replicated(self.mesh)
+    def _step_program(self) -> StepProgram:
+        """What BucketPrograms compiles: this runner's step over a bucket's shapes."""
+        sharding = replicated(self.mesh)
+
+        def abstract_args(bucket: int) -> tuple:
             shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
                                             self._empty_batch(bucket))
-            num_steps = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding)
-            started = time.perf_counter()
-            lowered = self._step.lower(self._abstract_state, self._abstract_kv_cache, shapes, num_steps)
-            lowered_at = time.perf_counter()
-            self._compiled[bucket] = lowered.compile()
-            # Where start-up goes: tracing and lowering (Python, Mosaic GPU's kernel
-            # lowering among it) against XLA's compile.
-            self.compile_seconds[bucket] = (lowered_at - started, time.perf_counter() - lowered_at)
+            return (self._abstract_state, self._abstract_kv_cache, shapes,
+                    jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding))
+
+        def after_compile(bucket: int) -> None:
             # Host arrays onto a multi-process mesh pass a small program per shape, whose
             # collectives every process must run in the same order: so a group compiles
             # its buckets at start-up only, never beside a step (api/server/lifecycle.py).
-            if jax.process_count() > 1:
-                jax.device_put(self._empty_batch(bucket), sharding)
-        return self._compiled[bucket]
+            jax.device_put(self._empty_batch(bucket), sharding)
+
+        return StepProgram(
+            step=self._forward_and_sample, jitted=self._step, abstract_args=abstract_args,
+            # What the traced step depends on beyond its arguments' shapes and the engine's source.
+            key_parts=(self.model_config, self.config, self.attention, self.layer_loop, self.cpu_kernels,
+                       str(self.kv_cache_dtype)),
+            custom_calls=native_target_names() if self.cpu_kernels == NATIVE else (),
+            compiler_options=self.config.compiler_options,
+            exportable=self.mesh.size == 1 and jax.process_count() == 1,
+            after_compile=after_compile if jax.process_count() > 1 else None)
 
     def _empty_batch(self, bucket: int) -> BatchInputs:
         return empty_batch(bucket, self.config.seq_bucket(bucket), self.config.max_pages_per_seq,
@@ -215,7 +198,7 @@ class ModelRunner:
     def launch(self, batch: BatchInputs, num_steps: int, rows: list[RowPlan] | None = None) -> InFlight:
         """Start the steps of a packed batch (what `dispatch` does after packing; a multi-host
         follower starts the leader's batches so)."""
-        compiled = self._compiled.get(batch.num_tokens)
+        compiled = self.programs.compiled.get(batch.num_tokens)
         if compiled is None:
             raise RuntimeError(f"bucket {batch.num_tokens} was not compiled: call warmup() first")
         device_batch = jax.device_put(batch, replicated(self.mesh))
@@ -235,7 +218,8 @@ class ModelRunner:
     def launch_next(self, flight: InFlight, tables: np.ndarray, num_steps: int,
                     rows: list[RowPlan] | None = None) -> InFlight:
         device_batch = dataclasses.replace(flight.next_batch, block_tables=jax.device_put(tables, replicated(self.mesh)))
-        return self._launch(self._compiled[flight.batch.num_tokens], rows or [], flight.batch, device_batch, num_steps)
+        return self._launch(self.programs.compiled[flight.batch.num_tokens], rows or [], flight.batch, device_batch,
+                            num_steps)
 
     def _publish(self, operation: tuple) -> None:
         if self.publish is not None:

@@ -12,6 +12,7 @@ time) and FORMAT: a changed file, or a new format, is a miss, and the checkpoint
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -32,7 +33,13 @@ class KeptDescription:
 
     context_length: int | None
     config: ModelConfig
-    tokenizer: object  # engine.text.tokenizer.Tokenizer
+    tokenizer_values: dict  # what `save_description` kept of the tokenizer
+
+    @functools.cached_property
+    def tokenizer(self):  # engine.text.tokenizer.Tokenizer
+        """Built where it is asked for: resolving a model reads its context length alone,
+        and building the tokenizer takes a tenth of a second."""
+        return _tokenizer(self.tokenizer_values)
 
 
 def files_key(path: Path) -> str:
@@ -76,7 +83,7 @@ def load_description(directory: str | os.PathLike | None, path: Path) -> KeptDes
         return None
     if document.get("format") != FORMAT:
         return None
-    return KeptDescription(document["context_length"], _config(document["config"]), _tokenizer(document["tokenizer"]))
+    return KeptDescription(document["context_length"], _config(document["config"]), document["tokenizer"])
 
 
 def _config(values: dict) -> ModelConfig:

@@ -19,11 +19,11 @@ import hashlib
 import inspect
 import json
 import logging
+import mmap
 import os
 from pathlib import Path
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from engine.config import EngineConfig
@@ -36,7 +36,7 @@ from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 log = logging.getLogger("flint")
 
-FORMAT = "flint-served-weights-1"
+FORMAT = "flint-served-weights-2"  # 2: the tensors start aligned (`save`)
 KEY_LENGTH = 32  # hex digits of an entry's key in its name
 KEEP_PER_MODEL = 2  # entries kept of one model (say, two dtypes served from one data directory)
 # safetensors' NumPy side has no bfloat16: such arrays are written as their uint16 bits.
@@ -97,8 +97,20 @@ def save(path: Path, weights: dict) -> None:
         tensors[key] = np.ascontiguousarray(array)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    save_file(tensors, str(partial), metadata={"format": FORMAT, "dtypes": json.dumps(dtypes)})
+    metadata = {"format": FORMAT, "dtypes": json.dumps(dtypes), "padding": ""}
+    save_file(tensors, str(partial), metadata=metadata)
+    # The tensors' bytes start right after the header: padded so that they start on
+    # HOST_ALIGNMENT, a load maps the tensors that are so aligned with no copy at all.
+    padding = -(8 + header_text_length(partial)) % HOST_ALIGNMENT
+    if padding:
+        save_file(tensors, str(partial), metadata={**metadata, "padding": " " * padding})
     partial.replace(path)
+
+
+def header_text_length(path: Path) -> int:
+    """The length of a safetensors file's JSON header, without the spaces that pad it."""
+    with path.open("rb") as file:
+        return len(file.read(int.from_bytes(file.read(8), "little")).rstrip(b" "))
 
 
 def load(path: Path, progress: Progress | None = None) -> dict | None:
@@ -107,21 +119,68 @@ def load(path: Path, progress: Progress | None = None) -> dict | None:
     if not path.is_file():
         return None
     try:
-        with safe_open(str(path), framework="numpy") as kept:
-            metadata = kept.metadata() or {}
-            if metadata.get("format") != FORMAT:
-                return None
-            dtypes = json.loads(metadata.get("dtypes", "{}"))
-            keys = kept.keys()
-            count = StageCount(progress, WEIGHTS, len(keys))
-            flat = {}
-            for key in keys:
-                flat[key] = _widened(kept.get_tensor(key), dtypes.get(key))
-                count.advance()
-    except (OSError, ValueError, SafetensorError) as error:  # cut short, or not ours
+        metadata, views = mapped_tensors(path)
+        if metadata.get("format") != FORMAT:
+            return None
+        dtypes = json.loads(metadata.get("dtypes", "{}"))
+        count = StageCount(progress, WEIGHTS, len(views))
+        flat = {}
+        for key, view in views.items():
+            flat[key] = _widened(view if is_aligned(view) else aligned_copy(view), dtypes.get(key))
+            count.advance()
+    except (OSError, ValueError, KeyError, TypeError) as error:  # cut short, or not ours
         log.warning("served weights at %s cannot be read (%s): making them again", path, error)
         return None
     return _unflatten(flat)
+
+
+# safetensors' dtype names, of the arrays `save` writes.
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                      "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16,
+                      "U8": np.uint8, "BOOL": np.bool_}
+
+
+def mapped_tensors(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The file's metadata and each tensor as a view of the file mapped copy-on-write.
+
+    safetensors' own layout (an 8-byte little-endian header length, a JSON header giving each
+    tensor's dtype, shape and byte range, then the bytes), read here rather than through
+    safe_open because its NumPy reader copies every tensor into memory of its own, which
+    the runner's device_put then copied again. A view aligned for XLA's CPU client is used
+    in place, so the weights are the file's pages (in the page cache, read as the first
+    steps touch them); others are copied once (`aligned_copy`). The mapping is private:
+    nothing the process does can change the file, and the file, replaced or removed by
+    another start, stays mapped as it was (`save` and `prune` never write one in place)."""
+    with path.open("rb") as file:
+        header_length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(header_length))
+    metadata = header.pop("__metadata__", None) or {}
+    data = np.memmap(path, dtype=np.uint8, mode="c", offset=8 + header_length)
+    views = {}
+    for key, entry in header.items():
+        start, end = entry["data_offsets"]
+        if not 0 <= start <= end <= data.size:
+            raise ValueError(f"tensor {key} lies outside the file")
+        views[key] = data[start:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return metadata, views
+
+
+HOST_ALIGNMENT = 64  # bytes: XLA's CPU client uses a host array so aligned in place, and copies others
+
+
+def is_aligned(array: np.ndarray) -> bool:
+    return array.ctypes.data % HOST_ALIGNMENT == 0
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """`array` copied into memory aligned for XLA's CPU client, whose device_put then takes
+    it as it is instead of copying it again (on other devices it is copied either way)."""
+    # An anonymous mapping: page-aligned, and in plain pages (NumPy asks large arrays of its
+    # own for huge pages, whose zeroing and compaction made this copy 2-4 times slower).
+    out = np.frombuffer(mmap.mmap(-1, max(array.nbytes, 1)), np.uint8)[: array.nbytes]
+    out = out.view(array.dtype).reshape(array.shape)
+    np.copyto(out, array)
+    return out
 
 
 def _widened(array: np.ndarray, dtype: str | None) -> np.ndarray:

@@ -16,6 +16,7 @@ answer with newlines until its token limit, and the answer would never close.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -73,9 +74,25 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
         self.vocab_size = vocab_size
-        self.tokenizer = llguidance.LLTokenizer(tokenizer.to_json_str(), n_vocab=vocab_size,
-                                                eos_token=sorted(eos_token_ids))
+        self._source = tokenizer
+        self._eos_token_ids = sorted(eos_token_ids)
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._lock = threading.Lock()
         self._compiled = functools.lru_cache(maxsize=COMPILED_GRAMMARS_KEPT)(self._compile)
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        """llguidance's view of the vocabulary, built at its first use (or by `prepare`): it
+        takes a fifth of a second, which a server's start need not wait for."""
+        with self._lock:
+            if self._tokenizer is None:
+                self._tokenizer = llguidance.LLTokenizer(self._source.to_json_str(), n_vocab=self.vocab_size,
+                                                         eos_token=self._eos_token_ids)
+            return self._tokenizer
+
+    def prepare(self) -> None:
+        """Build what the first grammar needs now (the server does, once it serves)."""
+        self.tokenizer  # noqa: B018 (built by the property)
 
     def matcher(self, grammar: Grammar) -> llguidance.LLMatcher:
         """A fresh matcher for `grammar`, at the start of the output (GrammarError if invalid)."""

@@ -24,6 +24,9 @@ from engine.text.gguf_vocab import gguf_byte_level_bpe, special_tokens_processor
 from engine.text.reasoning import ThinkingTags, thinking_tags
 
 
+MAX_BYTES_PER_CHARACTER = 4  # of UTF-8
+
+
 class Tokenizer:
     """A `tokenizers.Tokenizer` plus what the checkpoint says about special tokens and chat."""
 
@@ -122,6 +125,24 @@ class Tokenizer:
     def add_bos_token(self) -> bool:
         """Whether `encode` puts BOS first (what the post-processor does to empty text)."""
         return self.bos_token_id is not None and self.encode("")[:1] == [self.bos_token_id]
+
+    def longest_token_bytes(self) -> int:
+        """The most bytes one token of the vocabulary stands for: its own bytes (`token_bytes`)
+        or the UTF-8 of its text, whichever is longer.
+
+        Exact, without decoding all of a large vocabulary (a fifth of a second for 49,152
+        tokens): a token stands for at most 4 bytes per character of its spelling (the
+        UTF-8 of a character; byte-level spellings are a byte a character, and a byte that
+        is no character decodes to U+FFFD, 3 bytes), so the tokens are measured longest
+        spelling first, until no spelling left could beat the longest found."""
+        by_length = sorted(self._tokenizer.get_vocab(with_added_tokens=True).items(),
+                           key=lambda item: len(item[0]), reverse=True)
+        longest = 0
+        for spelling, token in by_length:
+            if MAX_BYTES_PER_CHARACTER * len(spelling) <= longest:
+                break
+            longest = max(longest, len(self.token_bytes(token) or b""), len(self.decode([token]).encode()))
+        return longest
 
     def token_bytes(self, token_id: int) -> bytes | None:
         """The bytes `token_id` stands for (a piece of a character possibly), or None.

@@ -1,5 +1,6 @@
 """A warm restart compiles nothing: `flint serve` run twice on one compilation cache loads every
-program of its start-up from the cache the second time, and serves the same answer with them."""
+program of its start-up from the cache the second time, reads each bucket's lowered step rather
+than tracing the model, and serves the same answer with them."""
 
 from __future__ import annotations
 
@@ -46,10 +47,17 @@ def test_a_warm_restart_compiles_nothing(tiny_model, tmp_path):
     assert compiled > 0 and loaded == 0
     assert any((tmp_path / "cache").iterdir())
 
+    assert "its kept lowering read" not in (tmp_path / "cold.log").read_text()
+    assert list((tmp_path / "cache" / "steps").glob("*.step"))  # each bucket's lowered step kept
+
     recompiled, reloaded, warm_text = serve_once(tiny_model, flags, tmp_path / "warm.log")
     assert recompiled == 0
     assert reloaded == compiled  # every program of the cold start, from the cache
     assert warm_text == cold_text  # and they compute what the compiled ones did
+    # Nor was the model traced: each bucket of the start-up read its lowered step (engine/device/step_export.py).
+    buckets = re.findall(r"(?<!background: )compiled bucket \d+/\d+: \d+ tokens, (.*?) in ",
+                         (tmp_path / "warm.log").read_text())
+    assert buckets and set(buckets) == {"its kept lowering read"}
     # Nor did the request compile anything (api/server/lifecycle.py names any program made while serving).
     assert "compiled while serving" not in (tmp_path / "warm.log").read_text()
 

@@ -83,6 +83,7 @@ def test_with_only_its_essential_buckets_the_engine_serves_the_same_tokens_witho
     engine.runner.warmup(buckets=engine.runner.essential_buckets())
     assert engine.runner.remaining_buckets() == (4,)
     assert engine.runner.bucket_for(3) == 128 and engine.runner.bucket_for(1) == 1
+    assert engine.grammars._tokenizer is None  # built for the first grammar, or by compile_remaining
     compiles = []
 
     def listen(event: str, duration: float, **_) -> None:
@@ -98,7 +99,19 @@ def test_with_only_its_essential_buckets_the_engine_serves_the_same_tokens_witho
     assert compiles == []
     engine.compile_remaining()
     assert engine.runner.remaining_buckets() == () and engine.runner.bucket_for(3) == 4
+    assert engine.grammars._tokenizer is not None
     assert produced == engine.generate(requests)
+
+
+def test_buckets_compiled_on_several_threads_are_each_reported_once_in_order(smollm2_tokenizer):
+    config = dataclasses.replace(ROOMY, optimize_compiled_code=False, token_buckets=(1, 4, 128))
+    engine = Engine(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, config)
+    lines = []
+    engine.runner.warmup(lines.append, threads=3)
+    assert engine.runner.remaining_buckets() == ()
+    assert [int(line.split(": ")[1].split()[0]) for line in lines] == [1, 4, 128]
+    assert [line.split(":")[0] for line in lines] == ["compiled bucket 1/3", "compiled bucket 2/3",
+                                                       "compiled bucket 3/3"]
 
 
 def test_seeded_sampling_is_independent_of_the_batch(roomy):

@@ -112,6 +112,34 @@ def test_served_weights_round_trip_and_a_cut_file_is_a_miss(tmp_path, caplog):
     assert served_cache.load(tmp_path / "absent.safetensors") is None
 
 
+def test_kept_weights_start_aligned_and_are_placed_without_a_copy(tmp_path):
+    rng = np.random.default_rng(1)
+    weights = {"layers": {"w": Int8Weight(values=rng.integers(-127, 128, (2, 64, 64), dtype=np.int8),
+                                          scales=rng.random((2, 64, 2), dtype=np.float32))},
+               "embed": rng.standard_normal((16, 8)).astype(ml_dtypes.bfloat16)}
+    # A 3-float tensor (12 bytes) written first puts what follows it off the alignment.
+    odd = {"a_odd": rng.standard_normal(3).astype(np.float32), **weights}
+    device = jax.devices("cpu")[0]
+    for name, tree in (("even", weights), ("odd", odd)):
+        path = tmp_path / f"{name}.safetensors"
+        served_cache.save(path, tree)
+        assert (8 + served_cache.header_text_length(path)) % served_cache.HOST_ALIGNMENT == 0
+        _, views = served_cache.mapped_tensors(path)
+        aligned_in_place = sum(served_cache.is_aligned(view) for view in views.values())
+        assert aligned_in_place == (len(views) if tree is weights else 1)  # the rest are copied, aligned
+        back = leaves(served_cache.load(path))
+        for key, expected in leaves(tree).items():
+            assert np.array_equal(back[key], np.asarray(expected)), key
+            assert served_cache.is_aligned(back[key]), key
+            placed = jax.device_put(back[key], device)
+            assert placed.unsafe_buffer_pointer() == back[key].ctypes.data, key  # the host memory itself
+
+    back = leaves(served_cache.load(tmp_path / "even.safetensors"))
+    back["layers/w/int8.values"][...] = 0  # the mapping is private: the file is never written
+    assert np.array_equal(leaves(served_cache.load(tmp_path / "even.safetensors"))["layers/w/int8.values"],
+                          leaves(weights)["layers/w/int8.values"])
+
+
 def test_nothing_is_kept_over_several_devices_or_without_a_directory(model_copy, tmp_path):
     source = resolve_model(str(model_copy))
     config = served_config(CONFIG, source)

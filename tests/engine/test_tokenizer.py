@@ -147,6 +147,24 @@ CORPUS = [
     "hello world, hello tokenizer; numbers 12345 and 678",
     "byte level pairs merge into longer and longer tokens",
 ] * 5
+def every_token_bytes(tok: Tokenizer) -> int:
+    """The longest token by measuring every one (what `longest_token_bytes` must equal)."""
+    return max(max(len(tok.token_bytes(token) or b""), len(tok.decode([token]).encode()))
+               for token in range(tok.vocab_size))
+
+
+def test_longest_token_bytes_is_that_of_every_token_measured(smollm, tmp_path):
+    # SmolLM2's byte-level vocabulary; a byte-fallback one whose longest token is a
+    # multi-byte character; a tiny BPE with a long added token.
+    fallback = Tokenizer(tokenizers.Tokenizer(models.BPE(vocab={"<unk>": 0, "<0x0A>": 1, "▁hi": 2, "日本語": 3},
+                                                         merges=[], unk_token="<unk>")))
+    tiny_bpe = train_tiny_bpe()
+    tiny_bpe.add_tokens([AddedToken("<|a_rather_long_marker_token|>", special=True)])
+    for tok in (smollm, fallback, Tokenizer(tiny_bpe)):
+        assert tok.longest_token_bytes() == every_token_bytes(tok)
+    assert fallback.longest_token_bytes() == len("日本語".encode())
+
+
 SPECIALS = ["<s>", "</s>", "<|eot|>"]
 
 

@@ -36,10 +36,9 @@ import jax
 from jax.sharding import Mesh, PartitionSpec
 
 from engine.config import ATTENTIONS
-from engine.device.attention import native_cpu, ragged_tpu
+from engine.device.attention import native_cpu
 from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.probe import DEFAULT_BUCKETS, kernel_problem
-from engine.device.attention.ragged_tpu import ragged_tpu_attention
 from engine.device.attention.reference import paged_attention as reference_attention
 from engine.device.sharding import TENSOR_AXIS
 
@@ -50,6 +49,12 @@ def gpu_kernel():
     """engine/device/attention/mosaic_gpu.py, imported where it is used: importing Mosaic GPU
     takes a third of a second, which a CPU's start need not spend."""
     return importlib.import_module("engine.device.attention.mosaic_gpu")
+
+
+def tpu_kernel():
+    """engine/device/attention/ragged_tpu.py, imported where it is used, as the GPU kernel is:
+    JAX's Pallas TPU kernel costs a CPU's start a tenth of a second."""
+    return importlib.import_module("engine.device.attention.ragged_tpu")
 AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
@@ -71,7 +76,7 @@ def resolve(name: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, 
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
     if on_gpu() and gpu_kernel().supports(*shape):
         return MOSAIC_GPU
-    if on_tpu() and ragged_tpu.supports(*shape):
+    if on_tpu() and tpu_kernel().supports(*shape):
         return RAGGED_TPU
     if native and native_cpu.supports(dtype, head_dim, page_size):
         return NATIVE_CPU
@@ -153,7 +158,7 @@ def attention_for(name: str, mesh: Mesh | None = None, num_kv_heads: int = 1) ->
         if not on_tpu():
             raise ValueError(f"attention {RAGGED_TPU} runs on TPUs only, and JAX sees {jax.default_backend()} "
                              "devices (jax's TPU interpret mode cannot run its kernel)")
-        kernel = ragged_tpu_attention
+        kernel = tpu_kernel().ragged_tpu_attention
     else:
         kernel = partial(kernel_attention, interpret=None if on_gpu() else interpret_params())
     if mesh is None or mesh.size == 1:

@@ -37,6 +37,14 @@ def available() -> bool:
     return True
 
 
+def target_names() -> tuple[str, ...]:
+    """The FFI targets the library registers (none where it is not built)."""
+    if not available():
+        return ()
+    from engine.device.native import _cpu_kernels
+    return tuple(_cpu_kernels.targets())
+
+
 def resolve(requested: str, backend: str, mesh_size: int = 1) -> str:
     """What `requested` stands for: NATIVE or JNP. auto is native on a CPU backend with
     one device where the library is built; native asked for where it cannot run fails."""
