@@ -196,7 +196,7 @@ def decode_step(runner, rows: int, context: int, num_steps: int = 1):
 
     from engine.device.sharding import replicated
 
-    compiled = runner._compile(runner.config.token_bucket(rows))  # before pack, which takes compiled buckets
+    compiled = runner.programs.compile(runner.config.token_bucket(rows))  # before pack, which takes compiled buckets
     batch = runner.pack(decode_rows(rows, context, runner.config.page_size))
     device_batch = jax.device_put(batch, replicated(runner.mesh))
 

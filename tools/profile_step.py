@@ -83,7 +83,7 @@ def compiled_step(args: argparse.Namespace):
                           kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
     batch = runner.pack(decode_rows(args.rows, args.context, config.page_size))
-    compiled = runner._compile(batch.num_tokens)
+    compiled = runner.programs.compile(batch.num_tokens)
     if args.hlo:
         Path(args.hlo).write_text(compiled.as_text())
     device_batch = jax.device_put(batch, replicated(runner.mesh))
