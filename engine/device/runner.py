@@ -41,7 +41,7 @@ from engine.models.layers import layer_key, layer_loop_for
 from engine.loader.progress import Progress
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
-from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, sample
+from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, result_shape, sample
 
 
 class ModelRunner:
@@ -123,11 +123,10 @@ class ModelRunner:
             results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)
             return kv_cache, advance_decode(batch, result.tokens, result.mirostat_mu), results, prompt
 
-        rows = batch.logits_indices.shape[0]
         routing_shape = batch.forced_experts.shape
         no_routing = jnp.zeros(routing_shape, jnp.int32) if routing_shape[1] else None
-        one = jax.eval_shape(lambda: with_routing(sample(jnp.zeros((rows, self.model_config.vocab_size)),
-                                                         batch.sampling), no_routing, batch.logits_indices))
+        one = jax.eval_shape(lambda result: with_routing(result, no_routing, batch.logits_indices),
+                             result_shape(batch.sampling, self.model_config.vocab_size))
         results = jax.tree_util.tree_map(lambda a: jnp.zeros((self.config.max_decode_steps, *a.shape), a.dtype), one)
         prompt = dataclasses.replace(empty_prompt_logprobs(batch.num_tokens, num_top), routing=no_routing)
         kv_cache, batch, results, prompt = jax.lax.fori_loop(0, num_steps, round_, (kv_cache, batch, results, prompt))

@@ -92,6 +92,30 @@ def _no_draw(arrays: SamplingArrays) -> Draw:
     return Draw(tokens=zeros.astype(jnp.int32), mirostat_mu=arrays.mirostat_mu, sampling_logprob=zeros)
 
 
+def result_shape(arrays: SamplingArrays, vocab_size: int) -> SampleResult:
+    """What `sample` returns for `arrays` (one row each), as shapes and dtypes, for a carry
+    that must exist before the first sample (engine/device/runner.py's rounds).
+
+    Every input and result has one row per leading index, so the sampler, a third of a
+    bucket's tracing, is traced once for a single row, and that shape is kept for every
+    bucket: the rows' count only lengthens the leading axis."""
+    leaves, tree = jax.tree_util.tree_flatten(arrays)
+    rows = leaves[0].shape[0]
+    key = (tree, vocab_size, tuple((leaf.shape[1:], leaf.dtype) for leaf in leaves))
+    one_row = _ONE_ROW_RESULTS.get(key)
+    if one_row is None:
+        def one_row_of(leaf):
+            return jax.ShapeDtypeStruct((1, *leaf.shape[1:]), leaf.dtype)
+
+        one_row = jax.eval_shape(lambda row: sample(jnp.zeros((1, vocab_size), jnp.float32), row),
+                                 jax.tree_util.tree_map(one_row_of, arrays))
+        _ONE_ROW_RESULTS[key] = one_row
+    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct((rows, *leaf.shape[1:]), leaf.dtype), one_row)
+
+
+_ONE_ROW_RESULTS: dict = {}  # result_shape's single-row shapes, by the inputs' tree, shapes and dtypes
+
+
 def sample(logits, arrays: SamplingArrays) -> SampleResult:
     """Next tokens for float32 logits [rows, vocab], with their logprobs and Mirostat state."""
     processed = processed_logits(logits, arrays)

@@ -56,3 +56,22 @@ def test_greedy_and_sampled_rows_mix():
     batch = batch_for(4, [0.0, 5.0, 0.0, 5.0], [1, 2, 3, 4], [0, 0, 0, 0])
     tokens = draw(logits, batch)
     assert tokens[0] == tokens[2] == 4
+
+
+def test_result_shape_is_what_sample_returns_for_any_rows_from_one_trace(monkeypatch):
+    # The runner's rounds carry sample's result from before the first sample: its shapes
+    # come from one single-row trace, stretched to each bucket's rows.
+    from engine.sampling import sampler
+
+    monkeypatch.setattr(sampler, "_ONE_ROW_RESULTS", {})
+    traces = []
+    real_sample = sampler.sample
+    monkeypatch.setattr(sampler, "sample", lambda *args: traces.append(1) or real_sample(*args))
+    for rows in (1, 4, 32):
+        arrays = empty_sampling_arrays(rows, 300, 16)
+        expected = jax.eval_shape(lambda: real_sample(jnp.zeros((rows, 300)), arrays))
+        shaped = sampler.result_shape(arrays, 300)
+        assert jax.tree_util.tree_structure(shaped) == jax.tree_util.tree_structure(expected)
+        assert [(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(shaped)] == \
+            [(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(expected)]
+    assert len(traces) == 1
