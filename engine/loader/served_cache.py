@@ -155,13 +155,17 @@ def mapped_tensors(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         header_length = int.from_bytes(file.read(8), "little")
         header = json.loads(file.read(header_length))
     metadata = header.pop("__metadata__", None) or {}
-    data = np.memmap(path, dtype=np.uint8, mode="c", offset=8 + header_length)
+    data_start, size = 8 + header_length, path.stat().st_size
     views = {}
     for key, entry in header.items():
         start, end = entry["data_offsets"]
-        if not 0 <= start <= end <= data.size:
+        if not 0 <= start <= end <= size - data_start:
             raise ValueError(f"tensor {key} lies outside the file")
-        views[key] = data[start:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        # A mapping of its own: a tensor the model replaces (the embedding it narrows to
+        # bfloat16) is unmapped once let go, its pages no longer counted as the server's.
+        views[key] = np.memmap(path, dtype=SAFETENSORS_DTYPES[entry["dtype"]], mode="c", offset=data_start + start,
+                               shape=tuple(entry["shape"])) if end > start else \
+            np.zeros(entry["shape"], SAFETENSORS_DTYPES[entry["dtype"]])
     return metadata, views
 
 
