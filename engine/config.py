@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 
 QUANTIZATIONS = ("none", "int8")  # of the layers' weights (engine/device/weights.py)
@@ -219,3 +220,8 @@ class EngineConfig:
             if bucket >= num_tokens:
                 return bucket
         raise ValueError(f"{num_tokens} tokens exceed the largest bucket {self.token_buckets[-1]}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, usable_cores
 from engine.device.lora import check_fits
 from engine.device.runner import InFlight, ModelRunner, RowPlan
 from engine.device.sharding import make_mesh
@@ -346,8 +346,3 @@ class Engine:
 def adapter_names(seqs: list[Sequence]) -> tuple[str, ...]:
     """The LoRA adapters `seqs` run with, by name, sorted (the base counts as none)."""
     return tuple(sorted({seq.adapter.name for seq in seqs if seq.adapter is not None}))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS tells it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

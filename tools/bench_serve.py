@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 
 from bench_serve_report import SERVERS, print_report, summarize
+from engine.config import usable_cores
 from engine.loader.source import resolve_model
-from llama_server import (LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version,
-                          num_cores)
+from llama_server import LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version
 from server_process import Server, failure_log, free_port, resident_bytes, start_server, wait_for_log
 
 
@@ -54,7 +54,7 @@ def llama_command(args: argparse.Namespace, binary: Path, port: int, gguf: Path,
     concurrency (its attention reads the whole cache), so each concurrency gets its own."""
     per_slot = max(args.prompt_tokens + args.output_tokens + 1, args.ttft_prompt_tokens + 2 if slots == 1 else 0)
     context = -(-slots * per_slot // 256) * 256
-    return [str(binary), "-m", str(gguf), "-t", str(num_cores()), "-np", str(slots), "--cont-batching",
+    return [str(binary), "-m", str(gguf), "-t", str(usable_cores()), "-np", str(slots), "--cont-batching",
             "-c", str(context), "--host", "127.0.0.1", "--port", str(port), *shlex.split(args.llama_args)]
 
 
@@ -218,7 +218,7 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
     binary = find_llama_server(args.llama_server)
     # llama.cpp's threads spin: other work on the machine cuts its figures several times over.
     header = (f"model: {source.path.name}; llama-server {llama_server_version(binary)} (llama-cpp-python "
-              f"{LLAMA_CPP_PYTHON_VERSION}), {num_cores()} threads, "
+              f"{LLAMA_CPP_PYTHON_VERSION}), {usable_cores()} threads, "
               f"{f'{args.llama_slots} slots' if args.llama_slots else 'as many slots as clients'}; "
               f"load average {os.getloadavg()[0]:.1f} before the servers started")
     with tempfile.TemporaryDirectory(prefix="flint-bench-") as scratch:

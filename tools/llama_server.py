@@ -16,6 +16,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from engine.config import usable_cores
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # as the `bench` extra in pyproject.toml
 # Built for this machine's CPU (ggml's native default), without Intel AMX: on a Xeon that
 # has it (a Firecracker VM, 2026-11-27), ggml's AMX matmul ran `tilezero` in a worker thread
@@ -25,10 +27,6 @@ CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLA
                  "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                  f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
 BUILD = f"{LLAMA_CPP_PYTHON_VERSION}-no-amx"  # the cache's folder: a version or option change rebuilds
-
-
-def num_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def cached_llama_server() -> Path:
@@ -66,7 +64,7 @@ def build_llama_server(destination: Path) -> None:
         with tarfile.open(archive) as tar:
             tar.extractall(scratch, filter="data")
         source = next(Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp"))
-        for command in build_commands(source, num_cores()):
+        for command in build_commands(source, usable_cores()):
             subprocess.run(command, check=True)
         install_llama_server(source / "build" / "bin" / "llama-server", destination)
 

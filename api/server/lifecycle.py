@@ -79,18 +79,15 @@ def set_up_compilation_cache(directory: str | None) -> None:
     """Use the cache in `directory` (None: none), and keep the lowered steps beside it
     (engine/device/step_export.py). One that cannot be used is worth a warning, not a
     server that does not start: the programs are compiled instead."""
-    if directory is None:
+    path = None
+    if directory is not None:
+        try:
+            path = use_compilation_cache(directory)
+        except OSError as error:
+            log.warning("the compilation cache at %s cannot be used (%s): every program is compiled", directory, error)
+    if path is None:
         no_compilation_cache()
-        keep_lowered_steps(None)
-        return
-    try:
-        path = use_compilation_cache(directory)
-    except OSError as error:
-        log.warning("the compilation cache at %s cannot be used (%s): every program is compiled", directory, error)
-        no_compilation_cache()
-        keep_lowered_steps(None)
-        return
-    keep_lowered_steps(path / STEPS_DIR)
+    keep_lowered_steps(None if path is None else path / STEPS_DIR)
 
 
 def compiled_while_serving(name: str, seconds: float, from_cache: bool) -> bool:

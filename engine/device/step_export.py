@@ -154,6 +154,8 @@ class StepStore:
 
 
 def _called(exported) -> Callable:
+    """`exported.call` as a function named `step`: the compilation cache names its entries
+    after the jitted function (`jit_step-...`), and profiles name the program so."""
     def step(*flat_args):
         return exported.call(*flat_args)
     return step

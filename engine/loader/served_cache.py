@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 import mmap
 import os
 from pathlib import Path
@@ -161,12 +162,17 @@ def mapped_tensors(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         start, end = entry["data_offsets"]
         if not 0 <= start <= end <= size - data_start:
             raise ValueError(f"tensor {key} lies outside the file")
-        # A mapping of its own: a tensor the model replaces (the embedding it narrows to
-        # bfloat16) is unmapped once let go, its pages no longer counted as the server's.
-        views[key] = np.memmap(path, dtype=SAFETENSORS_DTYPES[entry["dtype"]], mode="c", offset=data_start + start,
-                               shape=tuple(entry["shape"])) if end > start else \
-            np.zeros(entry["shape"], SAFETENSORS_DTYPES[entry["dtype"]])
+        views[key] = _mapped(path, data_start + start, SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"]))
     return metadata, views
+
+
+def _mapped(path: Path, offset: int, dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """One tensor in a copy-on-write mapping of its own: a tensor the model replaces (the
+    embedding it narrows to bfloat16) is unmapped once let go, its pages no longer counted
+    as the server's. An empty one maps nothing (a mapping cannot be empty)."""
+    if not math.prod(shape):
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)
 
 
 HOST_ALIGNMENT = 64  # bytes: XLA's CPU client uses a host array so aligned in place, and copies others

@@ -55,6 +55,8 @@ def tpu_kernel():
     """engine/device/attention/ragged_tpu.py, imported where it is used, as the GPU kernel is:
     JAX's Pallas TPU kernel costs a CPU's start a tenth of a second."""
     return importlib.import_module("engine.device.attention.ragged_tpu")
+
+
 AUTO, REFERENCE, MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU = ATTENTIONS
 
 Attention = Callable[..., jax.Array]
