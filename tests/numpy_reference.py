@@ -112,7 +112,7 @@ def served_head(runner, params: dict) -> dict:
     where it keeps them so (int8 layers under the native CPU kernels, engine/models/llama.py)."""
     import ml_dtypes
 
-    if runner.state["embed"][...].dtype != ml_dtypes.bfloat16:
+    if runner.state["embed"].dtype != ml_dtypes.bfloat16:
         return params
     return {name: np.asarray(value).astype(ml_dtypes.bfloat16).astype(np.float32) if name in ("embed", "lm_head")
             else value for name, value in params.items()}

@@ -57,13 +57,11 @@ def layer_matmuls(config: ModelConfig, form: str):
 def per_layer_weights(engine) -> list[dict]:
     """The engine's projection and MLP weights of the first TIMED_LAYERS, a dict per layer
     (sliced out of the stacks where the engine keeps them stacked)."""
-    from flax import nnx
-
-    layers = nnx.merge(engine.runner.graphdef, engine.runner.state).layers
+    layout, layers = engine.runner.decoder.layout, engine.runner.state["layers"]
     count = min(TIMED_LAYERS, engine.model_config.num_layers)
-    if layers.per_layer:
-        return [{name: layers.layer(index)[name] for name in MATMUL_WEIGHTS} for index in range(count)]
-    stacked = layers.stacked()
+    if layout.per_layer:
+        return [{name: layout.layer(layers, index)[name] for name in MATMUL_WEIGHTS} for index in range(count)]
+    stacked = layout.stacked(layers)
     return [{name: stacked[name][index] for name in MATMUL_WEIGHTS} for index in range(count)]
 
 

@@ -67,7 +67,7 @@ def served_bytes(engine: Engine) -> int:
     total = sum(leaf.size * leaf.dtype.itemsize for leaf in state if hasattr(leaf, "dtype"))
     if engine.model_config.tie_word_embeddings:
         return total
-    embed = engine.runner.state["embed"][...]
+    embed = engine.runner.state["embed"]
     return total - embed.size * embed.dtype.itemsize
 
 

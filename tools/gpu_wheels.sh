@@ -5,12 +5,12 @@
 #     tools/gpu_wheels.sh            then carry .whl with the run (it is ignored by git)
 #
 # What the GPU check imports, and what the GPU image already has (its package list: the
-# device README's KINDS.md): the engine path imports jax, flax, numpy, ml_dtypes, tokenizers,
+# device README's KINDS.md): the engine path imports jax, numpy, ml_dtypes, tokenizers,
 # jinja2 and llguidance; the kernel tests add pytest; tools/gpu_serve.py runs `flint serve`
 # (litestar, pydantic, uvicorn, sqlalchemy, aiosqlite, asyncpg, prometheus-client, gguf,
 # safetensors, orbax) and drives it with the openai SDK. SERVER_WHEELS is what of those, with
 # their dependencies, the image lacks (the kernel tests run with --noconftest so that
-# tests/conftest.py's fixtures stay unimported). jax, jaxlib, numpy and flax are never
+# tests/conftest.py's fixtures stay unimported). jax, jaxlib and numpy are never
 # carried: the image's own builds match its CUDA plugin.
 #
 # It also writes SmolLM2's tokenizer, from the embedded model, to .whl/tokenizer: the model

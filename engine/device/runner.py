@@ -20,7 +20,6 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from engine.config import UNROLLED, EngineConfig, ModelConfig
 from engine.device.attention import attention_for, reads_a_cache_per_layer
@@ -77,7 +76,7 @@ class ModelRunner:
         decoder = family_of(model_config).decoder(model_config, weights, attention, self.layer_loop,
                                                   lora_slots=engine_config.max_loras,
                                                   native_linear=self.cpu_kernels == NATIVE)
-        self.graphdef, self.state = nnx.split(decoder)
+        self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
         self.kv_cache_dtype = kv_cache_dtype(engine_config, self.cpu_kernels == NATIVE)
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype)
         self._abstract_kv_cache = abstract(self.kv_cache)
@@ -102,7 +101,7 @@ class ModelRunner:
         Returns each round's SampleResult stacked on a leading [max_decode_steps] axis (rounds
         past `num_steps` are zeros), the first round's prompt logprobs, the inputs of the round
         after the last (for `dispatch_next`), and the cache."""
-        model = nnx.merge(self.graphdef, state)
+        model = self.decoder.bound(state)
         num_top = min(NUM_TOP_LOGPROBS, self.model_config.vocab_size)
 
         def round_(index, carry):
@@ -268,8 +267,7 @@ class ModelRunner:
             targets = ([(layer_key(name, index), value[index]) for index in range(self.model_config.num_layers)]
                        if per_layer else [(name, value)])
             for key, part in targets:
-                layers[key] = layers[key].replace(
-                    self._write_slot(layers[key][...], np.int32(slot), part, self.config.max_loras))
+                layers[key] = self._write_slot(layers[key], np.int32(slot), part, self.config.max_loras)
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV pages (source, destination) on the device, in dispatch order: after every
@@ -344,7 +342,7 @@ class ModelRunner:
         return np.concatenate([logits[span] for span in token_spans(rows)])
 
     def _logits_of_every_token(self, state, kv_cache, batch: BatchInputs):
-        model = nnx.merge(self.graphdef, state)
+        model = self.decoder.bound(state)
         hidden, kv_cache, _ = model.hidden_states(kv_cache, batch)
         return model.logits(hidden), kv_cache
 

@@ -180,12 +180,11 @@ def step_key(in_tree, leaves: list, key_parts: Sequence) -> str:
 
 
 def library_versions() -> tuple[str, ...]:
-    """The libraries that trace the step: JAX and XLA, Flax (the model's modules), NumPy."""
-    import flax
+    """The libraries that trace the step: JAX and XLA, NumPy."""
     import jaxlib
     import numpy
 
-    return jax.__version__, jaxlib.__version__, flax.__version__, numpy.__version__
+    return jax.__version__, jaxlib.__version__, numpy.__version__
 
 
 @functools.cache

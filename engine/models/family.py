@@ -1,8 +1,8 @@
 """What a model family declares, once, for the registry (engine/models/__init__.py).
 
-A family is one forward pass (an nnx module over the served weights and the paged KV
-cache) and everything a loader needs to build its weights pytree: the features its
-ModelConfig takes from a Hugging Face config.json or from GGUF metadata, the tensor names
+A family is one forward pass (a Decoder, engine/models/decoder.py, over the served weights
+and the paged KV cache) and everything a loader needs to build its weights pytree: the
+features its ModelConfig takes from a Hugging Face config.json or from GGUF metadata, the tensor names
 of both formats, and the shape and logical axes of each weight. The runner, the loaders
 and sharding ask the registry for these; nothing else names a family.
 """
@@ -74,7 +74,7 @@ class Family:
     """One model family: its forward pass and how its checkpoints read."""
 
     name: str  # ModelConfig.family
-    decoder: type  # an nnx.Module: decoder(config, weights, attention, layer_loop)
+    decoder: type  # a Decoder (engine/models/decoder.py): decoder(config, weights, attention, layer_loop)
     param_specs: Callable[[ModelConfig], dict]  # name -> ParamSpec, engine/models/params.py's layout
     hf_architectures: tuple[str, ...]  # config.json "architectures" entries it serves
     hf_tensors: TensorNames

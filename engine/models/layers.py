@@ -1,13 +1,13 @@
 """The layers every model family shares: projections (float or int8), RMSNorm, RoPE, the
-gated MLP, the q/k/v projection, the served weights as nnx parameters, and the loop over
-layers.
+gated MLP, the q/k/v projection, how the layers' weights lie in the model's state, and the
+loop over layers.
 
 The layer loop takes the form that measures best on the backend (`layer_loop_for`):
 - "scan": a `lax.scan` over the stacked weights, compiled once instead of once per layer.
   On the CPU it is the fastest form (27 against 161 ms for an unrolled loop at batch 1,
   SmolLM2 in float32).
 - "unrolled": a Python loop over layers whose weights are stored one array per layer
-  (`Layers(per_layer=True)`). XLA's GPU backend copies each layer's weights out of the stack
+  (`LayerLayout(per_layer=True)`). XLA's GPU backend copies each layer's weights out of the stack
   before a scan's matmuls read them (55% of an 8B decode step on an H100). A static slice
   `stacked[i]` is read in place only outside a loop: the engine's step runs its rounds of
   decode in a `fori_loop` (engine/device/runner.py), and inside it the static slices were
@@ -18,10 +18,10 @@ The layer loop takes the form that measures best on the backend (`layer_loop_for
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
 from engine.device.lora import RowAdapters
@@ -96,55 +96,39 @@ def apply_rope(x, positions, inv_freq):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-class QuantizedParam(nnx.Module):
-    """An Int8Weight's two arrays as parameters (nnx keeps arrays, not dataclasses)."""
+@dataclass(frozen=True)
+class LayerLayout:
+    """How the decoder layers' weights (engine/device/weights.py) lie in the model's state:
+    each stacked on a leading [layers] axis, which a scan reads, or, for the unrolled loop,
+    one array per layer under `layer_key` (`per_layer`; the module's docstring says why)."""
 
-    def __init__(self, weight: Int8Weight):
-        self.values = nnx.Param(weight.values)
-        self.scales = nnx.Param(weight.scales)
+    names: tuple[str, ...]  # the weights of a layer
+    per_layer: bool = False
 
-    def weight(self) -> Int8Weight:
-        return Int8Weight(values=self.values[...], scales=self.scales[...])
-
-
-def as_param(value):
-    return QuantizedParam(value) if isinstance(value, Int8Weight) else nnx.Param(value)
-
-
-def param_value(param):
-    if param is None:
-        return None
-    return param.weight() if isinstance(param, QuantizedParam) else param[...]
-
-
-class Layers(nnx.Module):
-    """The decoder layers' weights (engine/device/weights.py): each stacked on a leading
-    [layers] axis, which a scan reads, or, for the unrolled loop, one array per layer
-    (`per_layer`; the module's docstring says why)."""
-
-    def __init__(self, weights: dict, per_layer: bool = False):
-        """Takes each stack out of `weights` as it stores it, so that splitting a stack into
-        layers holds one stack beside the layers at a time, not a second copy of the model."""
-        self.per_layer = per_layer
-        self.names = tuple(weights)
+    def store(self, weights: dict) -> dict:
+        """The state's layers: takes each stack out of `weights` as it stores it, so that
+        splitting a stack into layers holds one stack beside the layers at a time, not a
+        second copy of the model."""
+        layers = {}
         for name in self.names:
             stack = weights.pop(name)
-            if not per_layer:
-                setattr(self, name, as_param(stack))
+            if not self.per_layer:
+                layers[name] = stack
                 continue
             for index in range(jax.tree_util.tree_leaves(stack)[0].shape[0]):
-                setattr(self, layer_key(name, index), as_param(layer_weights(stack, index)))
+                layers[layer_key(name, index)] = layer_weights(stack, index)
             del stack  # before the next stack is taken: one stack beside the layers, not two
+        return layers
 
-    def stacked(self) -> dict:
+    def stacked(self, layers: dict) -> dict:
         """Every weight, stacked on its leading [layers] axis (a scan's form)."""
         assert not self.per_layer, "the layers are stored one array per layer"
-        return {name: param_value(getattr(self, name)) for name in self.names}
+        return {name: layers[name] for name in self.names}
 
-    def layer(self, index: int) -> dict:
+    def layer(self, layers: dict, index: int) -> dict:
         """Layer `index`'s weights, each an array of its own (the unrolled loop's form)."""
         assert self.per_layer, "the layers are stored stacked"
-        return {name: param_value(getattr(self, layer_key(name, index))) for name in self.names}
+        return {name: layers[layer_key(name, index)] for name in self.names}
 
 
 def layer_key(name: str, index: int) -> str:

@@ -2,11 +2,11 @@
 
 A pre-norm decoder: RMSNorm, attention with RoPE (optionally biased q/k/v, optionally
 RMSNorm over each head of q and k), a residual add, RMSNorm, a SwiGLU MLP, a residual add.
-The module holds the served weights (stacked over layers, with fused projections and
-optionally int8, see engine/device/weights.py) as nnx.Params; calling it runs one forward
-over a ragged batch and the paged KV cache. For jit, the runner splits the module into a
-static graph and a state pytree and merges them inside the jitted step, so the step stays
-a pure function of (weights, cache, batch).
+The decoder's state holds the served weights (stacked over layers, with fused projections
+and optionally int8, see engine/device/weights.py); calling it runs one forward over a
+ragged batch and the paged KV cache. For jit, the runner splits the decoder from its state
+and binds the traced state inside the jitted step (engine/models/decoder.py), so the step
+stays a pure function of (weights, cache, batch).
 
 Another family reuses this decoder by overriding its stages: `embed_tokens`, `norm`,
 `layer`, `feed_forward`, `logits` (engine/models/gemma.py and moe.py do).
@@ -21,20 +21,19 @@ from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
 from engine.device.native import ops as native_ops
 from engine.device.weights import Int8Weight
+from engine.models.decoder import Decoder
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
-    Layers,
+    LayerLayout,
     linear,
     mlp,
     native_layer_weights,
-    param_value,
     project,
     project_qkv,
     replace_embeddings,
@@ -51,7 +50,7 @@ if TYPE_CHECKING:  # the cache's sharding reads the registry, which imports this
     AnyKVCache = KVCache | LayerKVCache  # stacked, or a layer per array (engine/device/kv_cache.py)
 
 
-class Llama(nnx.Module):
+class Llama(Decoder):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/device/weights.py."""
 
     def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN,
@@ -70,11 +69,13 @@ class Llama(nnx.Module):
         quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
         head_dtype = jnp.bfloat16 if narrow else None  # None: as loaded
-        self.embed = nnx.Param(jnp.asarray(weights["embed"], head_dtype))
-        self.final_norm = nnx.Param(weights["final_norm"])
-        self.lm_head = nnx.Param(jnp.asarray(weights["lm_head"], head_dtype)) if "lm_head" in weights else None
-        self.rope_freq_factors = nnx.Param(weights["rope_freq_factors"]) if "rope_freq_factors" in weights else None
-        self.layers = Layers(weights["layers"], per_layer=layer_loop == UNROLLED)
+        self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
+        self.state = {"embed": jnp.asarray(weights["embed"], head_dtype), "final_norm": weights["final_norm"],
+                      "layers": self.layout.store(weights["layers"])}
+        if "lm_head" in weights:
+            self.state["lm_head"] = jnp.asarray(weights["lm_head"], head_dtype)
+        if "rope_freq_factors" in weights:
+            self.state["rope_freq_factors"] = weights["rope_freq_factors"]
 
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
@@ -90,7 +91,7 @@ class Llama(nnx.Module):
         adapters = row_adapters(self.config, batch.row_adapters, batch.token_rows, self.lora_slots)
         step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope(), adapters)
         if self.layer_loop == SCAN:
-            stacked = self.layers.stacked()
+            stacked = self.layout.stacked(self.state["layers"])
 
             def scanned(carry, weights):
                 x, cache, index = carry
@@ -103,20 +104,20 @@ class Llama(nnx.Module):
                                                      None if self.native_linear else stacked,
                                                      length=self.config.num_layers)
         else:
-            routings = []
+            routings, layers = [], self.state["layers"]
             for index in range(self.config.num_layers):  # each layer's weights, arrays of their own
-                x, kv_cache, routing = self.layer(x, kv_cache, index, self.layers.layer(index), step)
+                x, kv_cache, routing = self.layer(x, kv_cache, index, self.layout.layer(layers, index), step)
                 routings.append(routing)
             routing = None if routings[0] is None else jnp.stack(routings)
         routing = None if routing is None else routing.transpose(1, 0, 2)  # [layers, tokens, k] -> by token
-        return self.norm(x, self.final_norm[...]), kv_cache, routing
+        return self.norm(x, self.state["final_norm"]), kv_cache, routing
 
     def embed_tokens(self, token_ids):
-        return self.embed[...][token_ids].astype(self.compute_dtype)
+        return self.state["embed"][token_ids].astype(self.compute_dtype)
 
     def rope(self):
         """RoPE's inverse frequencies [head_dim // 2]."""
-        return rope_inv_freq(self.config, param_value(self.rope_freq_factors))
+        return rope_inv_freq(self.config, self.state.get("rope_freq_factors"))
 
     def norm(self, x, weight):
         return rms_norm(x, weight, self.config.rms_norm_eps)
@@ -158,7 +159,7 @@ class Llama(nnx.Module):
         return jnp.asarray([window or FULL_ATTENTION for window in windows], jnp.int32)[index]
 
     def logits(self, hidden):
-        head = (self.lm_head if self.lm_head is not None else self.embed)[...]
+        head = self.state.get("lm_head", self.state["embed"])
         if self.native_linear and native_ops.serves(head):
             head = native_ops.at_layer(head, 0)
         return linear(hidden, head).astype(jnp.float32)

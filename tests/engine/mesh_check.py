@@ -57,7 +57,7 @@ sharded_runner, sharded = run((4,))
 # around the reference: GPU interpret mode cannot run a kernel on several simulated devices.
 engine.device.runner.attention_for = lambda name, mesh, num_kv: over_mesh(reference_attention, mesh, num_kv)
 _, per_device = run((4,))
-wq = sharded_runner.state["layers"]["wqkv"][...]
+wq = sharded_runner.state["layers"]["wqkv"]
 print(json.dumps({
     "devices": len(jax.devices()),
     "wq_spec": str(wq.sharding.spec),

@@ -22,7 +22,7 @@ from test_loaders import flat
 
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import dequantize, quantize_int8
+from engine.device.weights import Int8Weight, dequantize, quantize_int8
 from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
@@ -148,7 +148,7 @@ def test_int8_quantizes_attention_and_leaves_the_experts(moe):
     name, config, params = moe
     runner = ModelRunner(config, dataclasses.replace(RUNNER, quantization="int8"), params)
     layers = runner.state["layers"]
-    assert "values" in layers["wqkv"] and layers["we_gate"][...].dtype == np.float32
+    assert isinstance(layers["wqkv"], Int8Weight) and layers["we_gate"].dtype == np.float32
     # Per output row, int8 groups are the same in the fused and the separate projections.
     rounded = {name: np.asarray(dequantize(quantize_int8(params["layers"][name]))) for name in ("wq", "wk", "wv", "wo")}
     expected = forward(config, {**served_head(runner, params), "layers": {**params["layers"], **rounded}}, PROMPT)

@@ -132,12 +132,12 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp():
     params = random_params(config, seed=3)
     native_logits, runner = chunked_prompt_logits(config, "auto", params, quantization="int8", cpu_kernels="native")
     assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
-    assert runner.state["embed"][...].dtype == jnp.bfloat16
+    assert runner.state["embed"].dtype == jnp.bfloat16
     # auto: a bfloat16 cache under the kernels with int8 weights; jnp asked for the same.
     assert runner.kv_cache_dtype == "bfloat16" and runner.kv_cache.k.dtype == jnp.bfloat16
     jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",
                                                cpu_kernels="jnp", kv_cache_dtype="bfloat16")
-    assert runner.state["embed"][...].dtype == jnp.float32
+    assert runner.state["embed"].dtype == jnp.float32
     assert (runner.cpu_kernels, runner.attention) == ("jnp", REFERENCE)
     np.testing.assert_allclose(native_logits, jnp_logits, rtol=1e-4, atol=1e-4)
 
