@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import gc
 import os
 import signal
 import socket
@@ -31,6 +30,7 @@ import uvicorn
 
 from api.server.cors import add_cors_arguments
 from api.server.flag_types import at_least
+from api.server.launch import imports_frozen
 from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
@@ -274,17 +274,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from api.server.app import create_app
-    from api.server.lifecycle import load_engine
-    from api.server.logs import uvicorn_logging
-    from api.server.progress import startup_display
-    from engine.loader.source import ModelNotFoundError, resolve_model
+    # What the imports make (modules, classes, functions) lives as long as the process: out of
+    # the collector's way, a full collection (the one start-up runs to free what loading left,
+    # and each one while serving) walks only what came after (api/server/launch.py).
+    with imports_frozen():
+        from api.server.app import create_app
+        from api.server.lifecycle import load_engine
+        from api.server.logs import uvicorn_logging
+        from api.server.progress import startup_display
+        from engine.loader.source import ModelNotFoundError, resolve_model
 
-    # What the imports made (a quarter of a million objects: modules, classes, functions)
-    # lives as long as the process: out of the collector's way, a full collection (the one
-    # start-up runs to free what loading left, and each one while serving) walks only what
-    # came after.
-    gc.freeze()
     try:
         settings = settings_from_args(args)
         if settings.topology is not None:  # before anything starts JAX's backend
