@@ -31,7 +31,7 @@ class BuildWithXlaHeaders(build_ext):
 march = os.environ.get("FLINT_NATIVE_MARCH", "native")
 kernels = Extension(
     "engine.device.native._cpu_kernels",
-    sources=[str(NATIVE / name) for name in ("linear.cc", "attention.cc", "module.cc")],
+    sources=[str(NATIVE / name) for name in ("linear.cc", "attention.cc", "zeros.cc", "module.cc")],
     depends=[str(NATIVE / "simd.h")],
     language="c++",
     extra_compile_args=["-O3", f"-march={march}", "-std=c++17", "-fvisibility=hidden", "-Wno-attributes",

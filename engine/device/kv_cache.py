@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
 from engine.config import AUTO, EngineConfig, ModelConfig
+from engine.device.native import ops as native_ops
 from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
 
 
@@ -96,22 +97,26 @@ def kv_cache_dtype(engine: EngineConfig, native_cpu: bool) -> str:
 
 
 def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_layer: bool = False,
-                  dtype: str | None = None):
+                  dtype: str | None = None, native: bool = False):
     """A zeroed cache laid out across `mesh` (split along the KV heads where they divide):
-    a KVCache, or a LayerKVCache when `per_layer`; in `dtype` (default: the compute dtype)."""
+    a KVCache, or a LayerKVCache when `per_layer`; in `dtype` (default: the compute dtype).
+    `native` (the native CPU kernels serve, on one device): its pages take memory only once
+    written (engine/device/native/zeros.cc), so an idle server does not hold a cache sized
+    for every sequence at its longest."""
     dtype = dtype or engine.dtype
     if per_layer:
         layers, pages, page_size, kv_heads, head_dim = kv_cache_shape(model, engine)
         shape = (pages, page_size, 2 * kv_heads, head_dim)
-        zeros = _zeros(shape, dtype, layer_kv_cache_sharding(shape, mesh))
+        zeros = _zeros(shape, dtype, layer_kv_cache_sharding(shape, mesh), native)
         return LayerKVCache(layers=tuple(zeros() for _ in range(layers)))
     shape = kv_cache_shape(model, engine)
-    zeros = _zeros(shape, dtype, kv_cache_sharding(shape, mesh))
+    zeros = _zeros(shape, dtype, kv_cache_sharding(shape, mesh), native)
     return KVCache(k=zeros(), v=zeros())
 
 
-def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding):
-    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding, native: bool):
+    make = native_ops.zeros if native else jnp.zeros
+    return jax.jit(lambda: make(shape, dtype), out_shardings=sharding)
 
 
 COPY_BATCH = 32  # page copies per device call (a search of 31 beams forks at most 30 pages a step)

@@ -78,7 +78,8 @@ class ModelRunner:
                                                   native_linear=self.cpu_kernels == NATIVE)
         self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
         self.kv_cache_dtype = kv_cache_dtype(engine_config, self.cpu_kernels == NATIVE)
-        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype)
+        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype,
+                                      native=self.cpu_kernels == NATIVE)
         self._abstract_kv_cache = abstract(self.kv_cache)
         # What a bucket compiles against: the weights' shapes, not the arrays, which an adapter
         # slot's write replaces on the engine thread while a background compile lowers.

@@ -190,3 +190,54 @@ def test_the_cache_is_bfloat16_by_default_only_under_the_kernels_with_int8_weigh
     assert kv_cache_dtype(dataclasses.replace(served, kv_cache_dtype="float32"), native_cpu=True) == "float32"
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         EngineConfig(kv_cache_dtype="int4")
+
+
+def resident_anonymous_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssAnon:")) / 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_native_zeros_take_memory_only_where_written():
+    """The KV cache's start (zeros.cc): zeros, 64 MiB of which hold under 8 MiB until written,
+    and a write (donated, in place) makes resident only the pages it touches."""
+    shape = (64, 1024, 512)  # bfloat16: 64 MiB
+    before = resident_anonymous_mib()
+    cache = jax.jit(lambda: ops.zeros(shape, jnp.bfloat16))()
+    cache.block_until_ready()
+    assert resident_anonymous_mib() - before < 8
+    assert not bool(jnp.any(cache != 0))
+    address = cache.unsafe_buffer_pointer()
+    cache = jax.jit(lambda c: c.at[3, 7].set(1.0), donate_argnums=(0,))(cache)
+    assert cache.unsafe_buffer_pointer() == address and resident_anonymous_mib() - before < 16
+    assert float(jnp.sum(cache.astype(jnp.float32))) == 512.0
+
+
+@pytest.mark.parametrize("shape", [(3,), (1000,), (1025,), (4096, 3), (300, 4096)])
+def test_native_zeros_zero_memory_that_held_other_values(shape):
+    """Zeros wherever XLA's allocation comes from (a small one from the heap, not fresh
+    pages): here the result aliases a buffer of ones, donated, which the kernel zeroes in
+    place: the partial pages at either end by hand, the whole ones handed back."""
+    def zeroed(ones):
+        out = jax.ShapeDtypeStruct(shape, jnp.float32)
+        return jax.ffi.ffi_call("flint_zeros", out, input_output_aliases={0: 0})(ones)
+
+    ones = jnp.ones(shape, jnp.float32)
+    address = ones.unsafe_buffer_pointer()
+    zeros = jax.jit(zeroed, donate_argnums=(0,))(ones)
+    assert zeros.unsafe_buffer_pointer() == address  # the very memory that held the ones
+    np.testing.assert_array_equal(np.asarray(zeros), np.zeros(shape, np.float32))
+
+
+def test_the_runner_s_cache_starts_as_zeros_on_both_paths():
+    from engine.device.kv_cache import init_kv_cache
+    from engine.device.sharding import make_mesh
+
+    config = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
+                         num_kv_heads=2, head_dim=16)
+    engine = EngineConfig(max_model_len=64, max_num_seqs=2, page_size=8, num_pages=600)
+    mesh = make_mesh(engine)
+    for native_zeros in (True, False):
+        cache = init_kv_cache(config, engine, mesh, dtype="bfloat16", native=native_zeros)
+        assert cache.k.shape == (2, 600, 8, 2, 16) and cache.k.dtype == jnp.bfloat16
+        assert not bool(jnp.any(cache.k != 0)) and not bool(jnp.any(cache.v != 0))

@@ -1,5 +1,5 @@
-// The native CPU kernels' library is a Python module (setup.py builds linear.cc, attention.cc
-// and this file as one): `targets()` gives each kernel's FFI handler as a capsule, for
+// The native CPU kernels' library is a Python module (setup.py builds linear.cc, attention.cc,
+// zeros.cc and this file as one): `targets()` gives each kernel's FFI handler as a capsule, for
 // jax.ffi.register_ffi_target (engine/device/native/__init__.py).
 
 #include <Python.h>
@@ -12,6 +12,7 @@ extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttentionBf16(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 
 static PyObject* Targets(PyObject*, PyObject*) {
   PyObject* targets = PyDict_New();
@@ -20,6 +21,7 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_decode_attention", FlintDecodeAttention},
       {"flint_decode_attention_bf16", FlintDecodeAttentionBf16},
+      {"flint_zeros", FlintZeros},
   };
   for (const auto& [name, handler] : handlers) {
     PyObject* capsule = PyCapsule_New(reinterpret_cast<void*>(handler), nullptr, nullptr);

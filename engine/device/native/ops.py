@@ -104,3 +104,10 @@ def decode_attention(q, k_cache, v_cache, layer, tables, context_lens):
     return jax.ffi.ffi_call(target, (stats, stats, weighted))(
         q.astype(jnp.float32), k_cache, v_cache, jnp.asarray(layer, jnp.int32), tables.astype(jnp.int32),
         context_lens.astype(jnp.int32))
+
+
+def zeros(shape: tuple[int, ...], dtype) -> jax.Array:
+    """jnp.zeros(shape, dtype), whose memory the CPU holds only where it is later written
+    (zeros.cc): the KV cache's start."""
+    registered()
+    return jax.ffi.ffi_call("flint_zeros", jax.ShapeDtypeStruct(shape, dtype))()
