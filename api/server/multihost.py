@@ -27,6 +27,7 @@ from engine.device.multihost import (
     coordination_client,
     follow,
     initialize,
+    leave_group,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ def run_follower(settings: Settings, load: Callable[[Settings], object]) -> int:
     finally:
         heartbeat.stopped.set()
     client.key_value_set(HEARTBEAT_KEY.format(settings.topology.process_id), STOPPED, allow_overwrite=True)
+    # Disconnect now, while the leader waits for that STOPPED: left to JAX's exit hook, the
+    # disconnect could reach the coordination service after the leader (its host) has gone,
+    # and a disconnect that fails aborts the process.
+    leave_group()
     log.info("the leader stopped the group: exiting")
     return 0
 

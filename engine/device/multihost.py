@@ -64,6 +64,14 @@ def initialize(topology: Topology, heartbeat_timeout: float) -> None:
                                heartbeat_timeout_seconds=max(1, int(heartbeat_timeout)))
 
 
+def leave_group() -> None:
+    """Disconnect this process from the coordination service (JAX's exit hook then has
+    nothing left to do)."""
+    import jax
+
+    jax.distributed.shutdown()
+
+
 def coordination_client():
     """The coordination service's client of this process (JAX keeps it in its distributed
     state; orbax and the preemption tools read it there too)."""
