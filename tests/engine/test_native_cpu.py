@@ -42,10 +42,12 @@ def random_matrix(shape, seed):
 
 
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 33])
-@pytest.mark.parametrize("out,width", [(96, 64), (40, 192), (12, 576)])
+@pytest.mark.parametrize("out,width", [(96, 64), (40, 192), (12, 576), (8, 80)])
 def test_int8_product_matches_the_widened_weights(tokens, out, width):
-    # One token to 33: a register tile of up to 4 tokens widens in registers; more tokens
-    # widen each tile of rows once into a buffer, with a partial tile at the end.
+    # One token to 33: one token reads each row whole in turn (with four sums a row, and a
+    # group of 80 inputs ends in a partial step); a register tile of 2 to 4 tokens widens in
+    # registers; more tokens widen each tile of rows once into a buffer, with a partial tile
+    # at the end.
     weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)))
     x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
     for layer in range(3):

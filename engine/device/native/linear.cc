@@ -48,10 +48,39 @@ struct Bf16Rows {
   void prefetch(int64_t row, int64_t i) const { __builtin_prefetch(values + row * k + i); }
 };
 
+// Independent sums per row for one token: an FMA's latency is four of its issue slots.
+constexpr int kChains = 4;
+
+// kRowTile rows from `row` times one token, each row read whole before the next: the rows of
+// a tile lie one after another, so this reads memory in its own order, one stream the
+// hardware prefetcher follows (reading the tile's rows a cache line each in turn held a
+// thread to a third of the memory's rate). x is in L1 cache either way.
+template <typename Rows>
+void rows_in_order(const Rows& w, const float* x, int64_t n, int64_t row, int64_t token, float* y) {
+  const int64_t groups = w.k / w.group;
+  const float* xs = x + token * w.k;
+  for (int r = 0; r < kRowTile; ++r) {
+    fvec acc[kChains] = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      const fvec scale = splat(w.scale(row + r, g));
+      int64_t i = g * w.group;
+      const int64_t group_end = i + w.group;
+      for (; i + kChains * kLanes <= group_end; i += kChains * kLanes)
+        for (int c = 0; c < kChains; ++c) acc[c] += w.at(row + r, i + c * kLanes) * scale * load(xs + i + c * kLanes);
+      for (; i < group_end; i += kLanes) acc[0] += w.at(row + r, i) * scale * load(xs + i);
+    }
+    y[token * n + row + r] = sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  }
+}
+
 // kRowTile rows from `row` times TT tokens from `token`, widening the weights in registers:
 // the form for few tokens, where the product is bound by reading the weights.
 template <int TT, typename Rows>
 void tile_in_registers(const Rows& w, const float* x, int64_t n, int64_t row, int64_t token, float* y) {
+  if constexpr (TT == 1) {
+    rows_in_order(w, x, n, row, token, y);
+    return;
+  }
   fvec acc[kRowTile][TT] = {};
   const int64_t groups = w.k / w.group;
   for (int64_t g = 0; g < groups; ++g) {
