@@ -50,6 +50,7 @@ struct Bf16Rows {
 
 // Independent sums per row for one token: an FMA's latency is four of its issue slots.
 constexpr int kChains = 4;
+static_assert(kChains == 4, "rows_in_order adds its sums up as four");
 
 // kRowTile rows from `row` times one token, each row read whole before the next: the rows of
 // a tile lie one after another, so this reads memory in its own order, one stream the
