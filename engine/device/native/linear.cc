@@ -50,7 +50,6 @@ struct Bf16Rows {
 
 // Independent sums per row for one token: an FMA's latency is four of its issue slots.
 constexpr int kChains = 4;
-static_assert(kChains == 4, "rows_in_order adds its sums up as four");
 
 // kRowTile rows from `row` times one token, each row read whole before the next: the rows of
 // a tile lie one after another, so this reads memory in its own order, one stream the
@@ -70,7 +69,8 @@ void rows_in_order(const Rows& w, const float* x, int64_t n, int64_t row, int64_
         for (int c = 0; c < kChains; ++c) acc[c] += w.at(row + r, i + c * kLanes) * scale * load(xs + i + c * kLanes);
       for (; i < group_end; i += kLanes) acc[0] += w.at(row + r, i) * scale * load(xs + i);
     }
-    y[token * n + row + r] = sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    for (int c = 1; c < kChains; ++c) acc[0] += acc[c];
+    y[token * n + row + r] = sum(acc[0]);
   }
 }
 
