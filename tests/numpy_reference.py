@@ -108,11 +108,21 @@ def greedy(config, params, prompt_ids, num_tokens):
 
 
 def served_head(runner, params: dict) -> dict:
-    """`params` with the embedding and head as `runner` serves them: rounded to bfloat16
-    where it keeps them so (int8 layers under the native CPU kernels, engine/models/llama.py)."""
-    import ml_dtypes
-
-    if runner.state["embed"].dtype != ml_dtypes.bfloat16:
+    """`params` with the embedding and head as `runner` serves them: rounded to int8 with
+    a scale per group of inputs where it keeps them so (int8 layers under the native CPU
+    kernels, engine/models/llama.py)."""
+    embed = runner.state["embed"]
+    if not hasattr(embed, "scales"):
         return params
-    return {name: np.asarray(value).astype(ml_dtypes.bfloat16).astype(np.float32) if name in ("embed", "lm_head")
-            else value for name, value in params.items()}
+    group = embed.values.shape[-1] // embed.scales.shape[-1]
+    return {name: int8_rounded(np.asarray(value, np.float32), group) if name in ("embed", "lm_head") else value
+            for name, value in params.items()}
+
+
+def int8_rounded(matrix, group: int):
+    """`matrix` [..., width] as symmetric int8 per `group` inputs would hold it: each group's
+    largest magnitude maps to 127, the rest round to the nearest step."""
+    groups = matrix.reshape(*matrix.shape[:-1], -1, group)
+    steps = np.abs(groups).max(axis=-1, keepdims=True) / np.float32(127)
+    safe = np.where(steps > 0, steps, np.float32(1))
+    return (np.clip(np.round(groups / safe), -127, 127) * steps).astype(np.float32).reshape(matrix.shape)

@@ -144,8 +144,8 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the forward loops over the layers; auto: unrolled on GPUs (whose scan "
                              "copies each layer's weights), a scan elsewhere (default: %(default)s)")
     parser.add_argument("--cpu-kernels", default=engine.cpu_kernels, choices=CPU_KERNELS,
-                        help="the native CPU kernels built at install (int8 products, decode attention, a "
-                             "bfloat16 head), or the jnp path; auto: native on a one-device CPU where they "
+                        help="the native CPU kernels built at install (int8 products, decode attention, an "
+                             "int8 head), or the jnp path; auto: native on a one-device CPU where they "
                              "were built (default: %(default)s)")
 
 

@@ -11,15 +11,18 @@ Two changes from the checkpoint layout, made at load time:
   which is what a one-token step is bound by. The step widens them to float32 as it
   multiplies (engine/models/layers.py `linear`): activations stay in float32.
 
-Why groups, and why the embedding and output head stay in float32: one scale per row, or
-an int8 head, moved SmolLM2's top-1 prediction away from float32's at more than 5% of the
-positions of tests/engine/test_quantization.py's text; so did int8 activations (s8 x s8
-dots), at 12%. BENCHMARKS.md has the figures. Norms, biases and RoPE factors are small.
+Why groups: one scale per row moved SmolLM2's top-1 prediction away from float32's at more
+than 5% of the positions of tests/engine/test_quantization.py's text; so did int8
+activations (s8 x s8 dots), at 12%. BENCHMARKS.md has the figures. The embedding and output
+head keep the checkpoint's precision, except under the native CPU kernels, where they are
+int8 in groups of 32 (HEAD_GROUP_SIZE, engine/models/llama.py). Norms, biases and RoPE
+factors are small.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +60,11 @@ SERVED_AXES = {
 
 
 GROUP_SIZE = 64  # inputs sharing one scale; a row whose width it does not divide is one group
+# The head's groups under the native CPU kernels (engine/models/llama.py): GGUF's Q8_0 blocks
+# are 32 inputs with one scale whose largest value is ±127, so a Q8_0 head (the embedded
+# SmolLM2's) is held exactly, in half of bfloat16's bytes. A head of 64-input groups moved
+# SmolLM2's top-1 prediction at 4.1% of the quality text's positions (BENCHMARKS.md).
+HEAD_GROUP_SIZE = 32
 
 
 @jax.tree_util.register_dataclass
@@ -72,15 +80,16 @@ class Int8Weight:
         return self.values.shape
 
 
-def group_size(width: int) -> int:
-    return GROUP_SIZE if width % GROUP_SIZE == 0 else width
+def group_size(width: int, group: int = GROUP_SIZE) -> int:
+    return group if width % group == 0 else width
 
 
-@jax.jit
-def quantize_int8(matrix) -> Int8Weight:
-    """Symmetric int8 per group: each group's largest magnitude maps to 127."""
+@partial(jax.jit, static_argnames="group")
+def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
+    """Symmetric int8 per `group` inputs: each group's largest magnitude maps to 127."""
     width = matrix.shape[-1]
-    groups = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], width // group_size(width), group_size(width))
+    group = group_size(width, group)
+    groups = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], width // group, group)
     scales = jnp.max(jnp.abs(groups), axis=-1) / 127.0
     safe = jnp.where(scales > 0, scales, 1.0)
     values = jnp.clip(jnp.round(groups / safe[..., None]), -127, 127).astype(jnp.int8)

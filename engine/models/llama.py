@@ -26,7 +26,7 @@ from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
 from engine.device.native import ops as native_ops
-from engine.device.weights import Int8Weight
+from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
 from engine.models.decoder import Decoder
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
@@ -63,17 +63,19 @@ class Llama(Decoder):
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.compute_dtype = jnp.dtype(weights["embed"].dtype)
         # With int8 layers under the native kernels, the embedding and the head are kept in
-        # bfloat16: half the bytes a one-token step's head reads, and no float32 copy of the
-        # embedding held. The quality gate (tests/engine/test_quantization.py) scores it as it
-        # scores a float32 head. Unquantized layers keep the checkpoint's precision throughout.
+        # int8 with a scale per 32 inputs (HEAD_GROUP_SIZE: exact for a GGUF Q8_0 head, as the
+        # embedded SmolLM2's is): a quarter of float32's bytes for a one-token step's head to
+        # read, and no float32 copy of the embedding held. The quality gate
+        # (tests/engine/test_quantization.py) scores it as it scores a float32 head.
+        # Unquantized layers keep the checkpoint's precision throughout.
         quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
-        head_dtype = jnp.bfloat16 if narrow else None  # None: as loaded
+        head = (lambda matrix: quantize_int8(matrix, HEAD_GROUP_SIZE)) if narrow else jnp.asarray
         self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
-        self.state = {"embed": jnp.asarray(weights["embed"], head_dtype), "final_norm": weights["final_norm"],
+        self.state = {"embed": head(weights["embed"]), "final_norm": weights["final_norm"],
                       "layers": self.layout.store(weights["layers"])}
         if "lm_head" in weights:
-            self.state["lm_head"] = jnp.asarray(weights["lm_head"], head_dtype)
+            self.state["lm_head"] = head(weights["lm_head"])
         if "rope_freq_factors" in weights:
             self.state["rope_freq_factors"] = weights["rope_freq_factors"]
 
@@ -113,7 +115,10 @@ class Llama(Decoder):
         return self.norm(x, self.state["final_norm"]), kv_cache, routing
 
     def embed_tokens(self, token_ids):
-        return self.state["embed"][token_ids].astype(self.compute_dtype)
+        embed = self.state["embed"]
+        if isinstance(embed, Int8Weight):  # the rows of an int8 head, widened
+            return dequantize(Int8Weight(embed.values[token_ids], embed.scales[token_ids]), self.compute_dtype)
+        return embed[token_ids].astype(self.compute_dtype)
 
     def rope(self):
         """RoPE's inverse frequencies [head_dim // 2]."""
@@ -161,7 +166,7 @@ class Llama(Decoder):
     def logits(self, hidden):
         head = self.state.get("lm_head", self.state["embed"])
         if self.native_linear and native_ops.serves(head):
-            head = native_ops.at_layer(head, 0)
+            head = native_ops.at_layer(head, 0, every_count=True)
         return linear(hidden, head).astype(jnp.float32)
 
 

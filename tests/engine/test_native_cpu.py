@@ -29,7 +29,7 @@ from engine.device.attention import NATIVE_CPU, REFERENCE, choose
 from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.reference import paged_attention
 from engine.device.native import ops
-from engine.device.weights import Int8Weight, dequantize, quantize_int8
+from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, group_size, quantize_int8
 from engine.models.params import random_params
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU kernels were not built here")
@@ -42,13 +42,16 @@ def random_matrix(shape, seed):
 
 
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 33])
-@pytest.mark.parametrize("out,width", [(96, 64), (40, 192), (12, 576), (8, 80)])
-def test_int8_product_matches_the_widened_weights(tokens, out, width):
+@pytest.mark.parametrize("out,width,group", [(96, 64, 64), (40, 192, 64), (12, 576, 64), (8, 80, 64),
+                                             (12, 576, HEAD_GROUP_SIZE), (8, 96, HEAD_GROUP_SIZE)])
+def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
     # One token to 33: one token reads each row whole in turn (with four sums a row, and a
-    # group of 80 inputs ends in a partial step); a register tile of 2 to 4 tokens widens in
-    # registers; more tokens widen each tile of rows once into a buffer, with a partial tile
-    # at the end.
-    weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)))
+    # group of 80 inputs ends in a partial step; groups of 32, the head's, are summed four
+    # groups at a time, 18 of them ending in two left over, 3 in three); a register tile of
+    # 2 to 4 tokens widens in registers; more tokens widen each tile of rows once into a
+    # buffer, with a partial tile at the end.
+    weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)), group)
+    assert weight.scales.shape[-1] == width // group_size(width, group)
     x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
     for layer in range(3):
         expected = x @ dequantize(Int8Weight(weight.values[layer], weight.scales[layer])).T
@@ -128,13 +131,14 @@ def test_mixed_step_and_padding(cache_dtype):
 
 def test_a_model_on_the_kernels_matches_the_model_on_jnp():
     """Through ModelRunner, int8: a prompt in two chunks, then a decode. The kernels keep the
-    tied embedding and head in bfloat16, so jnp gets the same values, rounded."""
+    tied embedding and head in int8 with a scale per 32 inputs, so jnp gets the same values, rounded."""
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=192, num_layers=3, num_heads=4,
                          num_kv_heads=2, head_dim=32)
     params = random_params(config, seed=3)
     native_logits, runner = chunked_prompt_logits(config, "auto", params, quantization="int8", cpu_kernels="native")
     assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
-    assert runner.state["embed"].dtype == jnp.bfloat16
+    head = runner.state["embed"]
+    assert head.values.dtype == jnp.int8 and head.values.shape[-1] // head.scales.shape[-1] == HEAD_GROUP_SIZE
     # auto: a bfloat16 cache under the kernels with int8 weights; jnp asked for the same.
     assert runner.kv_cache_dtype == "bfloat16" and runner.kv_cache.k.dtype == jnp.bfloat16
     jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",

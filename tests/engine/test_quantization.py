@@ -17,7 +17,7 @@ from numpy_reference import forward
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import Int8Weight, dequantize, quantize_int8, resolve_quantization
+from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8, resolve_quantization
 from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -112,7 +112,7 @@ def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tok
     """Scored in one prefill (matrix products) and token by token for a stretch (matrix-vector
     products, where the int8 weights are widened inside the product), on two texts; with the
     native CPU kernels where they are built (auto: int8 widened in registers, the head in
-    bfloat16) and on the jnp path."""
+    int8 groups of 32) and on the jnp path."""
     ids = smollm2_tokenizer.encode(text)
     assert 300 <= len(ids) <= 500
     ids = ids if chunk > 1 else ids[:64]
@@ -135,3 +135,13 @@ def test_int8_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smollm2_tok
     print(f"chunk {chunk}, {cpu_kernels}: top-1 agreement {agreement:.4f}, perplexity {perplexity}")
     assert agreement >= 0.95, f"top-1 agreement {agreement:.3f}"
     assert abs(perplexity["int8"] / perplexity["float32"] - 1) <= 0.02, perplexity
+
+
+def test_the_head_in_groups_of_32_holds_smollm2s_q8_0_embedding_exactly(smollm2_checkpoint):
+    """The embedded GGUF stores its tied embedding as Q8_0 (blocks of 32 inputs, one scale, the
+    largest value ±127), so int8 in HEAD_GROUP_SIZE groups gives back every value, where
+    groups of 64 do not."""
+    embed = np.asarray(smollm2_checkpoint.params["embed"], np.float32)
+    held = np.asarray(dequantize(quantize_int8(embed, HEAD_GROUP_SIZE)))
+    np.testing.assert_array_equal(held, embed)
+    assert not np.array_equal(np.asarray(dequantize(quantize_int8(embed, 64))), embed)

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,9 @@ class NativeWeight:
     values: jax.Array  # int8 or bfloat16 [layers, out, in]
     scales: jax.Array | None  # float32 [layers, out, in // group] for int8; None for bfloat16
     layer: jax.Array  # int32 []
+    # Through the kernel at any count of tokens (the head): XLA would widen all of it first,
+    # every step. A layer's matrix goes to XLA's blocked matmul past MOST_TOKENS.
+    every_count: bool = field(default=False, metadata={"static": True})
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -50,18 +53,19 @@ def serves(weight) -> bool:
     return weight.dtype == jnp.bfloat16 and out % ROW_TILE == 0 and width % LANES == 0
 
 
-def at_layer(weight, layer) -> NativeWeight:
-    """`weight` (stacked, served by the kernel) read at `layer`; a matrix is a stack of one."""
+def at_layer(weight, layer, every_count: bool = False) -> NativeWeight:
+    """`weight` (stacked, served by the kernel) read at `layer`; a matrix is a stack of one.
+    `every_count`: through the kernel whatever the tokens (NativeWeight.every_count)."""
     layer = jnp.asarray(layer, jnp.int32)
     if isinstance(weight, Int8Weight):
-        return NativeWeight(values=weight.values, scales=weight.scales, layer=layer)
-    return NativeWeight(values=weight, scales=None, layer=layer)
+        return NativeWeight(values=weight.values, scales=weight.scales, layer=layer, every_count=every_count)
+    return NativeWeight(values=weight, scales=None, layer=layer, every_count=every_count)
 
 
 def takes(tokens: int, weight: NativeWeight) -> bool:
     """Whether a product of `tokens` rows goes through the kernel: int8 up to MOST_TOKENS;
-    bfloat16 (the head) always, as XLA would first widen all of it to float32."""
-    return weight.scales is None or tokens <= MOST_TOKENS
+    a bfloat16 weight and the head always, as XLA would first widen all of it to float32."""
+    return weight.every_count or weight.scales is None or tokens <= MOST_TOKENS
 
 
 def sliced(weight: NativeWeight) -> Int8Weight:
