@@ -41,15 +41,17 @@ def random_matrix(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 33])
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 17, 32, 33])
 @pytest.mark.parametrize("out,width,group", [(96, 64, 64), (40, 192, 64), (12, 576, 64), (8, 80, 64),
                                              (12, 576, HEAD_GROUP_SIZE), (8, 96, HEAD_GROUP_SIZE)])
 def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
     # One token to 33: one token reads each row whole in turn (with four sums a row, and a
     # group of 80 inputs ends in a partial step; groups of 32, the head's, are summed four
     # groups at a time, 18 of them ending in two left over, 3 in three); a register tile of
-    # 2 to 4 tokens widens in registers; more tokens widen each tile of rows once into a
-    # buffer, with a partial tile at the end.
+    # 2 to 4 tokens widens in registers; 5 to 16 tokens widen each tile of rows once into a
+    # buffer, with a partial tile at the end; from 17 the tokens lie across the lanes in
+    # blocks of 32 (one partly filled, one full, a full one and one of a single token), over
+    # tiles of 8 rows and, where 8 do not divide them, a last tile of 4 (12 rows).
     weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)), group)
     assert weight.scales.shape[-1] == width // group_size(width, group)
     x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
@@ -59,7 +61,7 @@ def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("tokens", [1, 6])
+@pytest.mark.parametrize("tokens", [1, 6, 40])
 def test_bfloat16_product_matches_the_widened_weights(tokens):
     weight = jnp.asarray(random_matrix((64, 128), seed=1), jnp.bfloat16)
     x = jnp.asarray(random_matrix((tokens, 128), seed=2))

@@ -18,11 +18,12 @@ from engine.device.weights import Int8Weight
 
 LANES = 16  # the widest SIMD the library may be built for: every vectorized width is a multiple
 ROW_TILE = 4  # output rows per register tile
-# The most tokens a product goes through the kernel for. Up to here it is bound by reading
-# the weights, which the kernel does in place and at the memory's rate; past it the product
-# is bound by arithmetic, where XLA's blocked matmul on the widened layer is faster
-# (BENCHMARKS.md, issue 27).
-MOST_TOKENS = 16
+# The most tokens a layer's product goes through the kernel for. Up to 16 it is bound by
+# reading the weights, which the kernel does in place and at the memory's rate; at 32 (a step
+# of 32 decodes) its tokens-across-the-lanes tiles match XLA's matmul and save the widening
+# XLA does first (a 32-row step of SmolLM2 97-101 -> 91 ms); from 64 XLA's blocked matmul on
+# the widened layer is faster (BENCHMARKS.md, issue 27).
+MOST_TOKENS = 32
 
 
 @jax.tree_util.register_dataclass

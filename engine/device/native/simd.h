@@ -37,7 +37,17 @@ inline fvec load(const float* p) {
   return v;
 }
 
-inline fvec splat(float s) { return fvec{} + s; }
+// s in every lane. (GCC's `fvec{} + s` is an add of zero, kept without fast-math, before
+// the broadcast; the intrinsic broadcasts straight from memory.)
+inline fvec splat(float s) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_set1_ps(s);
+#elif defined(__AVX__)
+  return (fvec)_mm256_set1_ps(s);
+#else
+  return fvec{} + s;
+#endif
+}
 
 inline float sum(fvec v) {
 #if defined(__AVX512F__)
