@@ -17,10 +17,10 @@ import re
 import jax
 import numpy as np
 import pytest
+from native_kernels import require_native_kernels
 from numpy_reference import forward
 
 from engine.config import SCAN, UNROLLED, EngineConfig, ModelConfig
-from engine.device import native
 from engine.device.runner import ModelRunner, RowPlan
 from engine.models.layers import layer_loop_for
 from engine.models.params import random_params
@@ -98,8 +98,7 @@ def test_the_detector_sees_static_slices_of_a_stack():
 def test_the_native_cpu_kernels_read_int8_layers_in_place_under_the_scan():
     """The scan passes the native kernel each int8 stack and the layer's index instead of a
     slice (engine/models/layers.py native_layer_weights): none of them is sliced out."""
-    if not native.available():
-        pytest.skip("the native CPU kernels were not built here")
+    require_native_kernels()
     runner = runner_with(SCAN, "int8", cpu_kernels="native")
     int8_stacks = {tensor_type(leaf) for name in ("wqkv", "wo", "w_gate_up", "w_down")
                    for leaf in jax.tree_util.tree_leaves(runner.state["layers"][name])}

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_cases import chunked_prompt_logits, make_step
+from native_kernels import require_native_kernels
 from numpy_reference import served_head
 
 from engine.config import EngineConfig, ModelConfig
@@ -32,7 +33,9 @@ from engine.device.native import ops
 from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, group_size, quantize_int8
 from engine.models.params import random_params
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU kernels were not built here")
+@pytest.fixture(autouse=True)
+def kernels_built():
+    require_native_kernels()
 
 SCALE = 0.125
 

@@ -276,7 +276,7 @@ void matmul_tokens_in_lanes(ffi::ThreadPool& pool, const Rows& w, const float* x
 template <typename Rows>
 void matmul(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n, float* y) {
   if (tokens > kLanes) {
-    matmul_tokens_in_lanes<kFewTokens>(pool, w, x, tokens, n, y);
+    matmul_tokens_in_lanes(pool, w, x, tokens, n, y);
     return;
   }
   const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
