@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import jax
@@ -70,7 +71,7 @@ class Llama(Decoder):
         # Unquantized layers keep the checkpoint's precision throughout.
         quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
-        head = (lambda matrix: quantize_int8(matrix, HEAD_GROUP_SIZE)) if narrow else jnp.asarray
+        head = partial(quantize_int8, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray
         self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
         self.state = {"embed": head(weights["embed"]), "final_norm": weights["final_norm"],
                       "layers": self.layout.store(weights["layers"])}

@@ -5,14 +5,17 @@
 // (about half of a one-token step on jax 0.11). This product widens them in registers and
 // reads a layer of the stacked weights in place, at the scan's traced index; the same code
 // serves a bfloat16 head. The jnp code it replaces stays the reference:
-// tests/engine/test_native_cpu.py compares the two.
+// tests/engine/test_native_cpu.py compares the two. Here: one token, and register tiles of a
+// few; the weights' rows are weight_rows.h, more tokens than SIMD lanes lanes.h.
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "lanes.h"
 #include "simd.h"
+#include "weight_rows.h"
 
 using namespace flint;
 
@@ -21,32 +24,7 @@ namespace {
 // Tokens per register tile: 4 rows x 4 tokens hold 16 of AVX-512's 32 registers, 4 x 2 hold
 // 8 of AVX2's 16.
 constexpr int kTokenTile = kLanes == 16 ? 4 : 2;
-constexpr int kRowTile = 4;  // output rows per register tile
 constexpr int64_t kPrefetchRows = 2 * kRowTile;  // how far ahead the weights are prefetched
-
-// y [tokens, n] = x [tokens, k] times a weight [n, k]: int8 with a float32 scale per group
-// of `group` inputs of each row (engine/device/weights.py Int8Weight), or bfloat16.
-
-struct Int8Rows {
-  const int8_t* values;  // [n, k]
-  const float* scales;   // [n, k / group]
-  int64_t k, group;
-
-  float scale(int64_t row, int64_t g) const { return scales[row * (k / group) + g]; }
-  fvec at(int64_t row, int64_t i) const { return widen(values + row * k + i); }
-  static constexpr int64_t kLineElements = 64;  // a cache line of int8
-  void prefetch(int64_t row, int64_t i) const { __builtin_prefetch(values + row * k + i); }
-};
-
-struct Bf16Rows {
-  const uint16_t* values;  // [n, k]
-  int64_t k, group;        // group == k: one implicit scale of 1 per row
-
-  float scale(int64_t, int64_t) const { return 1.0f; }
-  fvec at(int64_t row, int64_t i) const { return widen(values + row * k + i); }
-  static constexpr int64_t kLineElements = 32;  // a cache line of bfloat16
-  void prefetch(int64_t row, int64_t i) const { __builtin_prefetch(values + row * k + i); }
-};
 
 // Independent sums per row for one token: an FMA's latency is four of its issue slots.
 constexpr int kChains = 4;
@@ -178,11 +156,7 @@ void rows_times_tokens(const Rows& w, const float* x, int64_t tokens, int64_t n,
   const float* widened = nullptr;
   if (tokens > kTokenTile) {
     buffer.resize(kRowTile * w.k);
-    for (int r = 0; r < kRowTile; ++r)
-      for (int64_t i = 0; i < w.k; i += kLanes) {
-        fvec weight = w.at(row + r, i) * splat(w.scale(row + r, i / w.group));
-        std::memcpy(buffer.data() + r * w.k + i, &weight, sizeof weight);
-      }
+    widen_rows(w, row, kRowTile, buffer.data());
     widened = buffer.data();
   }
   int64_t token = 0;
@@ -193,84 +167,6 @@ void rows_times_tokens(const Rows& w, const float* x, int64_t tokens, int64_t n,
     case 1: tile<1>(w, x, n, row, token, y, widened); break;
     default: break;
   }
-}
-
-constexpr int64_t kRowsPerChunk = 64;  // output rows a thread takes at a time
-
-// ---- More tokens than SIMD lanes: the tokens across the lanes ----
-// The tiles above hold sums along the inputs and load a vector of weights and one of inputs
-// for every few multiply-adds, which at many tokens reads faster than a cache serves. Here
-// a vector holds kLanes tokens' input i (x transposed once per call), each weight is
-// broadcast, and a tile of kLaneRows rows x kTokenVectors vectors of tokens keeps its sums in
-// registers: each step loads kTokenVectors vectors and broadcasts kLaneRows weights for
-// kLaneRows x kTokenVectors multiply-adds, with no horizontal sums. (Six rows by four
-// vectors, half the broadcasts per multiply-add, measured no faster at 64 to 512 tokens.)
-constexpr int kTokenVectors = 2;
-constexpr int64_t kBlockTokens = kTokenVectors * kLanes;  // tokens of one tile
-constexpr int kLaneRows = kLanes == 16 ? 8 : 4;           // 16 sums of AVX-512's 32 registers, 8 of AVX2's 16
-
-// x [tokens, k] as blocks of kBlockTokens tokens, each [k, kBlockTokens], zeros past the last token.
-void transpose_tokens(ffi::ThreadPool& pool, const float* x, int64_t tokens, int64_t k, std::vector<float>& blocks) {
-  const int64_t count = (tokens + kBlockTokens - 1) / kBlockTokens;
-  blocks.assign(count * k * kBlockTokens, 0.0f);
-  parallel_for(pool, count, [&](int64_t block) {
-    float* out = blocks.data() + block * k * kBlockTokens;
-    for (int64_t t = block * kBlockTokens; t < std::min(tokens, (block + 1) * kBlockTokens); ++t)
-      for (int64_t i = 0; i < k; ++i) out[i * kBlockTokens + t % kBlockTokens] = x[t * k + i];
-  });
-}
-
-// `rows` rows widened (and scaled) into `buffer` [rows, k].
-template <typename Rows>
-void widen_rows(const Rows& w, int64_t row, int64_t rows, float* buffer) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < w.k / w.group; ++g) {
-      const fvec scale = splat(w.scale(row + r, g));
-      for (int64_t i = g * w.group; i < (g + 1) * w.group; i += kLanes) {
-        fvec weight = w.at(row + r, i) * scale;
-        std::memcpy(buffer + r * w.k + i, &weight, sizeof weight);
-      }
-    }
-}
-
-// R widened rows from `row` times one block of tokens from `token` (`tokens` of them real).
-template <int R>
-void rows_by_token_block(const float* widened, int64_t k, const float* block, int64_t tokens, int64_t n,
-                         int64_t row, int64_t token, float* y) {
-  fvec acc[R][kTokenVectors] = {};
-  for (int64_t i = 0; i < k; ++i) {
-    fvec xs[kTokenVectors];
-    for (int v = 0; v < kTokenVectors; ++v) xs[v] = load(block + i * kBlockTokens + v * kLanes);
-    for (int r = 0; r < R; ++r) {
-      const fvec weight = splat(widened[r * k + i]);
-      for (int v = 0; v < kTokenVectors; ++v) acc[r][v] += weight * xs[v];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int64_t t = 0; t < tokens; ++t) y[(token + t) * n + row + r] = acc[r][t / kLanes][t % kLanes];
-}
-
-template <typename Rows>
-void matmul_tokens_in_lanes(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n,
-                            float* y) {
-  std::vector<float> blocks;
-  transpose_tokens(pool, x, tokens, w.k, blocks);
-  const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
-  // A chunk's rows are widened once, then each block of tokens meets every tile of them.
-  parallel_for(pool, chunks, [&](int64_t chunk) {
-    const int64_t first = chunk * kRowsPerChunk, rows = std::min(n, first + kRowsPerChunk) - first;
-    std::vector<float> widened(rows * w.k);
-    widen_rows(w, first, rows, widened.data());
-    for (int64_t token = 0; token < tokens; token += kBlockTokens) {
-      const float* block = blocks.data() + token / kBlockTokens * w.k * kBlockTokens;
-      const int64_t here = std::min(kBlockTokens, tokens - token);
-      int64_t r = 0;
-      for (; r + kLaneRows <= rows; r += kLaneRows)
-        rows_by_token_block<kLaneRows>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
-      for (; r < rows; r += kRowTile)  // whole register tiles of rows (check_shapes)
-        rows_by_token_block<kRowTile>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
-    }
-  });
 }
 
 template <typename Rows>

@@ -1,0 +1,77 @@
+// The native product for more tokens than SIMD lanes (linear.cc's `matmul` calls it).
+
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "simd.h"
+#include "weight_rows.h"
+
+namespace flint {
+
+// linear.cc's tiles hold sums along the inputs and load a vector of weights and one of inputs
+// for every few multiply-adds, which at many tokens reads faster than a cache serves. Here
+// a vector holds kLanes tokens' input i (x transposed once per call), each weight is
+// broadcast, and a tile of kLaneRows rows x kTokenVectors vectors of tokens keeps its sums in
+// registers: each step loads kTokenVectors vectors and broadcasts kLaneRows weights for
+// kLaneRows x kTokenVectors multiply-adds, with no horizontal sums. (Six rows by four
+// vectors, half the broadcasts per multiply-add, measured no faster at 64 to 512 tokens.)
+constexpr int kTokenVectors = 2;
+constexpr int64_t kBlockTokens = kTokenVectors * kLanes;  // tokens of one tile
+constexpr int kLaneRows = kLanes == 16 ? 8 : 4;           // 16 sums of AVX-512's 32 registers, 8 of AVX2's 16
+
+// x [tokens, k] as blocks of kBlockTokens tokens, each [k, kBlockTokens], zeros past the last token.
+inline void transpose_tokens(ffi::ThreadPool& pool, const float* x, int64_t tokens, int64_t k,
+                             std::vector<float>& blocks) {
+  const int64_t count = (tokens + kBlockTokens - 1) / kBlockTokens;
+  blocks.assign(count * k * kBlockTokens, 0.0f);
+  parallel_for(pool, count, [&](int64_t block) {
+    float* out = blocks.data() + block * k * kBlockTokens;
+    for (int64_t t = block * kBlockTokens; t < std::min(tokens, (block + 1) * kBlockTokens); ++t)
+      for (int64_t i = 0; i < k; ++i) out[i * kBlockTokens + t % kBlockTokens] = x[t * k + i];
+  });
+}
+
+// R widened rows from `row` times one block of tokens from `token` (`tokens` of them real).
+template <int R>
+void rows_by_token_block(const float* widened, int64_t k, const float* block, int64_t tokens, int64_t n,
+                         int64_t row, int64_t token, float* y) {
+  fvec acc[R][kTokenVectors] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    fvec xs[kTokenVectors];
+    for (int v = 0; v < kTokenVectors; ++v) xs[v] = load(block + i * kBlockTokens + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const fvec weight = splat(widened[r * k + i]);
+      for (int v = 0; v < kTokenVectors; ++v) acc[r][v] += weight * xs[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int64_t t = 0; t < tokens; ++t) y[(token + t) * n + row + r] = acc[r][t / kLanes][t % kLanes];
+}
+
+template <typename Rows>
+void matmul_tokens_in_lanes(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n,
+                            float* y) {
+  std::vector<float> blocks;
+  transpose_tokens(pool, x, tokens, w.k, blocks);
+  const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
+  // A chunk's rows are widened once, then each block of tokens meets every tile of them.
+  parallel_for(pool, chunks, [&](int64_t chunk) {
+    const int64_t first = chunk * kRowsPerChunk, rows = std::min(n, first + kRowsPerChunk) - first;
+    std::vector<float> widened(rows * w.k);
+    widen_rows(w, first, rows, widened.data());
+    for (int64_t token = 0; token < tokens; token += kBlockTokens) {
+      const float* block = blocks.data() + token / kBlockTokens * w.k * kBlockTokens;
+      const int64_t here = std::min(kBlockTokens, tokens - token);
+      int64_t r = 0;
+      for (; r + kLaneRows <= rows; r += kLaneRows)
+        rows_by_token_block<kLaneRows>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
+      for (; r < rows; r += kRowTile)  // whole register tiles of rows (check_shapes)
+        rows_by_token_block<kRowTile>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
+    }
+  });
+}
+
+}  // namespace flint
