@@ -18,7 +18,11 @@ CPU_KERNELS = (AUTO, "native", "jnp")  # engine/device/native: the native CPU ke
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_LORA_RANK = 256
 SCAN, UNROLLED = "scan", "unrolled"
-KV_CACHE_DTYPES = (AUTO, "float32", "bfloat16")
+# float8_e4m3fn: a byte per key and value; float8_values: keys in bfloat16, values in
+# float8_e4m3fn (engine/device/kv_cache.py cache_dtypes). Read by the jnp reference and the
+# native CPU attention only.
+FLOAT8_KV, FLOAT8_VALUES = "float8_e4m3fn", "float8_values"
+KV_CACHE_DTYPES = (AUTO, "float32", "bfloat16", FLOAT8_KV, FLOAT8_VALUES)
 LAYER_LOOPS = (AUTO, SCAN, UNROLLED)  # the forward's loop over layers (engine/models/layers.py)
 SPECULATIVE = ("none", "ngram")  # draft sources besides predictions (engine/host/speculation.py)
 

@@ -130,8 +130,10 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compute and KV-cache dtype; auto: float32 on CPU (fastest there), bfloat16 on "
                              "GPUs (default: %(default)s)")
     parser.add_argument("--kv-cache-dtype", default=engine.kv_cache_dtype, choices=KV_CACHE_DTYPES,
-                        help="the KV cache's dtype; auto: bfloat16 where the native CPU kernels serve int8 "
-                             "weights (half the cache's memory), else --dtype's (default: %(default)s)")
+                        help="the KV cache's dtype; float8_values: keys in bfloat16, values in float8_e4m3fn; "
+                             "the float8 ones are read by the reference and native CPU attention only; auto: "
+                             "float8_values where the native CPU kernels serve int8 weights (3 bytes a key and "
+                             "value, against float32's 8), else --dtype's (default: %(default)s)")
     parser.add_argument("--tensor-parallel-size", "-tp", metavar="N", type=at_least(1),
                         default=engine.mesh_shape[0],
                         help="devices the model is split over, by attention heads, MLP columns and "

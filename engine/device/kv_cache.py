@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
-from engine.config import AUTO, EngineConfig, ModelConfig
+from engine.config import AUTO, FLOAT8_KV, FLOAT8_VALUES, EngineConfig, ModelConfig
 from engine.device.native import ops as native_ops
 from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
 
@@ -40,8 +40,8 @@ class KVCache:
 
     def write(self, layer, pages, offsets, k, v) -> KVCache:
         """The cache with keys and values [tokens, kv_heads, d] at (pages, offsets) of `layer`."""
-        return KVCache(k=self.k.at[layer, pages, offsets].set(k.astype(self.k.dtype)),
-                       v=self.v.at[layer, pages, offsets].set(v.astype(self.v.dtype)))
+        return KVCache(k=self.k.at[layer, pages, offsets].set(stored(k, self.k.dtype)),
+                       v=self.v.at[layer, pages, offsets].set(stored(v, self.v.dtype)))
 
     def operands(self, layer):
         """(k_cache, v_cache, layer): what an attention implementation reads for `layer`."""
@@ -66,7 +66,7 @@ class LayerKVCache:
     def write(self, layer: int, pages, offsets, k, v) -> LayerKVCache:
         """As KVCache.write, at a static `layer`."""
         pages_of_layer = self.layers[layer]
-        written = pages_of_layer.at[pages, offsets].set(interleave(k, v).astype(pages_of_layer.dtype))
+        written = pages_of_layer.at[pages, offsets].set(stored(interleave(k, v), pages_of_layer.dtype))
         return LayerKVCache(layers=(*self.layers[:layer], written, *self.layers[layer + 1:]))
 
     def operands(self, layer: int):
@@ -82,36 +82,80 @@ def interleave(k, v):
     return jnp.stack([k, v], axis=-2).reshape(*k.shape[:-2], 2 * k.shape[-2], k.shape[-1])
 
 
+# A float8_e4m3fn cache's arrays hold its values' bytes: XLA's CPU backend scatters no
+# float8, and to write one token it widened the whole cache and narrowed it back (0.5 s a
+# step). Bytes scatter in place; `stored` and `readable` convert what is written or read.
+FLOAT8_BYTES = jnp.uint8
+
+
+def storage_dtype(name: str):
+    """The arrays' dtype for keys or values of dtype `name`."""
+    return FLOAT8_BYTES if name == FLOAT8_KV else jnp.dtype(name)
+
+
+def stored(x, storage):
+    """Keys or values `x` as a cache of array dtype `storage` holds them. float8 saturates
+    at its largest value (448): a cast of anything larger to float8_e4m3fn, which has no
+    infinity, gives NaN."""
+    if jnp.dtype(storage) != jnp.dtype(FLOAT8_BYTES):
+        return x.astype(storage)
+    largest = float(jnp.finfo(FLOAT8_KV).max)
+    return jax.lax.bitcast_convert_type(jnp.clip(x, -largest, largest).astype(FLOAT8_KV), FLOAT8_BYTES)
+
+
+def readable(x):
+    """Cached keys or values in a dtype arithmetic takes: float8 bytes as bfloat16 (exactly:
+    every float8_e4m3fn value is one); other dtypes as they are."""
+    if jnp.dtype(x.dtype) != jnp.dtype(FLOAT8_BYTES):
+        return x
+    return jax.lax.bitcast_convert_type(x, FLOAT8_KV).astype(jnp.bfloat16)
+
+
 def kv_cache_shape(model: ModelConfig, engine: EngineConfig) -> tuple[int, ...]:
     return (model.num_layers, engine.num_pages, engine.page_size, model.num_kv_heads, model.head_dim)
 
 
 def kv_cache_dtype(engine: EngineConfig, native_cpu: bool) -> str:
     """The cache's dtype for `engine` (its dtype and quantization resolved): as asked, or for
-    auto bfloat16 where the native CPU kernels serve int8 weights (their attention widens
-    keys and values as it reads them: half the bytes of the server's largest allocation,
-    and the quality gate scores it, tests/engine/test_quantization.py), else the compute dtype."""
+    auto float8_values (keys in bfloat16, values in float8_e4m3fn) where the native CPU
+    kernels serve int8 weights (their attention widens keys and values as it reads them:
+    3 bytes a key and value where float32 takes 8, in the server's largest allocation; the
+    quality gate scores it, tests/engine/test_quantization.py), else the compute dtype.
+    Keys in float8 too fail the gate's decode case (perplexity 2.2% off): float8_e4m3fn is
+    there to ask for."""
     if engine.kv_cache_dtype != AUTO:
         return engine.kv_cache_dtype
-    return "bfloat16" if native_cpu and engine.quantization == "int8" and engine.dtype == "float32" else engine.dtype
+    native_int8 = native_cpu and engine.quantization == "int8" and engine.dtype == "float32"
+    return FLOAT8_VALUES if native_int8 else engine.dtype
+
+
+def cache_dtypes(name: str) -> tuple[str, str]:
+    """The (keys, values) dtypes of a cache of dtype `name`."""
+    return ("bfloat16", FLOAT8_KV) if name == FLOAT8_VALUES else (name, name)
+
+
+def holds_float8(name: str) -> bool:
+    return FLOAT8_KV in cache_dtypes(name)
 
 
 def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_layer: bool = False,
                   dtype: str | None = None, native: bool = False):
     """A zeroed cache laid out across `mesh` (split along the KV heads where they divide):
-    a KVCache, or a LayerKVCache when `per_layer`; in `dtype` (default: the compute dtype).
-    `native` (the native CPU kernels serve, on one device): its pages take memory only once
-    written (engine/device/native/zeros.cc), so an idle server does not hold a cache sized
-    for every sequence at its longest."""
-    dtype = dtype or engine.dtype
+    a KVCache, or a LayerKVCache when `per_layer`; of `dtype` (a KV_CACHE_DTYPES name; default:
+    the compute dtype). `native` (the native CPU kernels serve, on one device): its pages
+    take memory only once written (engine/device/native/zeros.cc), so an idle server does
+    not hold a cache sized for every sequence at its longest."""
+    keys, values = (storage_dtype(name) for name in cache_dtypes(dtype or engine.dtype))
     if per_layer:
+        if keys != values:
+            raise ValueError(f"a cache of one array per layer holds keys and values in one dtype, not {dtype}")
         layers, pages, page_size, kv_heads, head_dim = kv_cache_shape(model, engine)
         shape = (pages, page_size, 2 * kv_heads, head_dim)
-        zeros = _zeros(shape, dtype, layer_kv_cache_sharding(shape, mesh), native)
+        zeros = _zeros(shape, keys, layer_kv_cache_sharding(shape, mesh), native)
         return LayerKVCache(layers=tuple(zeros() for _ in range(layers)))
     shape = kv_cache_shape(model, engine)
-    zeros = _zeros(shape, dtype, kv_cache_sharding(shape, mesh), native)
-    return KVCache(k=zeros(), v=zeros())
+    sharding = kv_cache_sharding(shape, mesh)
+    return KVCache(k=_zeros(shape, keys, sharding, native)(), v=_zeros(shape, values, sharding, native)())
 
 
 def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding, native: bool):

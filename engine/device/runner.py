@@ -26,7 +26,7 @@ from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.bucket_programs import BucketPrograms, StepProgram
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
-from engine.device.kv_cache import COPY_BATCH, copy_pages, init_kv_cache, kv_cache_dtype
+from engine.device.kv_cache import COPY_BATCH, copy_pages, holds_float8, init_kv_cache, kv_cache_dtype
 from engine.device.lora import empty_slots, slot_values, write_slot
 from engine.device.native import NATIVE
 from engine.device.native import target_names as native_target_names
@@ -67,8 +67,10 @@ class ModelRunner:
         plain = not (model_config.windowed(engine_config.max_model_len) or model_config.attn_logit_softcapping)
         # The native CPU kernels (engine/device/native): NATIVE or JNP.
         self.cpu_kernels = resolve_cpu_kernels(engine_config.cpu_kernels, jax.default_backend(), self.mesh.size)
+        self.kv_cache_dtype = kv_cache_dtype(engine_config, self.cpu_kernels == NATIVE)
         self.attention_choice = choose_attention(engine_config.attention, *shape, buckets=buckets, plain=plain,
-                                                 native=self.cpu_kernels == NATIVE)
+                                                 native=self.cpu_kernels == NATIVE,
+                                                 float8_cache=holds_float8(self.kv_cache_dtype))
         self.attention = self.attention_choice.in_use
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
@@ -77,7 +79,6 @@ class ModelRunner:
                                                   lora_slots=engine_config.max_loras,
                                                   native_linear=self.cpu_kernels == NATIVE)
         self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
-        self.kv_cache_dtype = kv_cache_dtype(engine_config, self.cpu_kernels == NATIVE)
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype,
                                       native=self.cpu_kernels == NATIVE)
         self._abstract_kv_cache = abstract(self.kv_cache)

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.host.request import BEAM_MODES
+from engine.sampling.draw import row_uniforms
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.topk import top_k
 
@@ -38,7 +39,7 @@ BEAM_CANDIDATES = 64  # per beam row: at least twice the most beams a search may
 NOT_A_BEAM = 0
 DETERMINISTIC, NAIVE_SAMPLING, STOCHASTIC = (BEAM_MODES[name] for name in ("DETERMINISTIC", "NAIVE_SAMPLING",
                                                                            "STOCHASTIC"))
-_GUMBEL_STREAM = 1  # folded into a row's key: its noise is not its draw's uniforms
+_GUMBEL_STREAM = 1  # a row's noise is not its draw's uniforms (draw.py row_uniforms)
 
 
 @jax.tree_util.register_dataclass
@@ -54,11 +55,7 @@ class BeamCandidates:
 
 def row_gumbels(seeds, positions, num: int):
     """Standard Gumbel noise [rows, num], a function of each row's seed and position."""
-    def noise(seed, position):
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), position), _GUMBEL_STREAM)
-        return jax.random.gumbel(key, (num,), jnp.float32)
-
-    return jax.vmap(noise)(seeds, positions)
+    return -jnp.log(-jnp.log(row_uniforms(seeds, positions, num, _GUMBEL_STREAM)))
 
 
 def _perturbed(truncated, logprobs, arrays):

@@ -29,6 +29,7 @@ from engine.device import native
 from engine.device.attention import NATIVE_CPU, REFERENCE, choose
 from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.reference import paged_attention
+from engine.device.kv_cache import storage_dtype, stored
 from engine.device.native import ops
 from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, group_size, quantize_int8
 from engine.models.params import random_params
@@ -96,13 +97,16 @@ def test_the_kernel_serves_whole_tiles_only():
 
 def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None,
                     seed=0, cache_dtype=jnp.float32):
-    """The kernel against the reference, both over the same cache (a bfloat16 cache the
-    kernel widens as it reads, the reference through jnp's promotion)."""
+    """The kernel against the reference, both over the same cache: of `cache_dtype`, or of
+    (keys, values) dtypes (bfloat16 and float8 caches the kernel widens as it reads, the
+    reference through kv_cache.readable and jnp's promotion)."""
+    key_dtype, value_dtype = cache_dtype if isinstance(cache_dtype, tuple) else (cache_dtype, cache_dtype)
     num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
     step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
                      num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
     operands = [jnp.asarray(a) for a in (step.q, step.k, step.v)]
-    operands += [jnp.asarray(a, cache_dtype) for a in (step.k_cache, step.v_cache)]
+    operands += [stored(jnp.asarray(step.k_cache), storage_dtype(key_dtype)),
+                 stored(jnp.asarray(step.v_cache), storage_dtype(value_dtype))]
     got = np.asarray(native_cpu_attention(*operands, step.layer, step.batch, SCALE))
     expected = np.asarray(paged_attention(*operands, step.layer, step.batch, SCALE))
     real = step.batch.token_rows >= 0
@@ -110,7 +114,11 @@ def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, n
     np.testing.assert_allclose(got[real], expected[real], rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+# float32, bfloat16 and float8 caches, and keys in bfloat16 with values in float8 (auto's).
+CACHE_DTYPES = ["float32", "bfloat16", "float8_e4m3fn", ("bfloat16", "float8_e4m3fn")]
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 def test_decode_rows_of_ragged_lengths(cache_dtype):
     check_attention([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (300, 1)], cache_dtype=cache_dtype)
 
@@ -121,14 +129,14 @@ def test_decode_rows_on_page_edges(page_size):
     check_attention(rows, page_size=page_size, seed=page_size)
 
 
-@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("num_heads,num_kv,head_dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32), (2, 1, 256)])
 def test_query_groups_and_head_dims(num_heads, num_kv, head_dim, cache_dtype):
     check_attention([(3, 1), (21, 1), (70, 1)], num_heads=num_heads, num_kv=num_kv, head_dim=head_dim,
                     seed=num_heads, cache_dtype=cache_dtype)
 
 
-@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 def test_mixed_step_and_padding(cache_dtype):
     # Decode rows through the kernel beside prompt chunks through jnp, in a padded bucket.
     check_attention([(12, 1), (0, 9), (33, 1), (40, 6)], num_tokens=32, num_rows=8, seed=1, cache_dtype=cache_dtype)
@@ -144,10 +152,12 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp():
     assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
     head = runner.state["embed"]
     assert head.values.dtype == jnp.int8 and head.values.shape[-1] // head.scales.shape[-1] == HEAD_GROUP_SIZE
-    # auto: a bfloat16 cache under the kernels with int8 weights; jnp asked for the same.
-    assert runner.kv_cache_dtype == "bfloat16" and runner.kv_cache.k.dtype == jnp.bfloat16
+    # auto: keys in bfloat16 and values in float8 under the kernels with int8 weights; jnp
+    # asked for the same.
+    assert runner.kv_cache_dtype == "float8_values"
+    assert (runner.kv_cache.k.dtype, runner.kv_cache.v.dtype) == (jnp.bfloat16, jnp.uint8)  # float8's bytes
     jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",
-                                               cpu_kernels="jnp", kv_cache_dtype="bfloat16")
+                                               cpu_kernels="jnp", kv_cache_dtype="float8_values")
     assert runner.state["embed"].dtype == jnp.float32
     assert (runner.cpu_kernels, runner.attention) == ("jnp", REFERENCE)
     np.testing.assert_allclose(native_logits, jnp_logits, rtol=1e-4, atol=1e-4)
@@ -160,6 +170,28 @@ def test_native_attention_is_refused_where_it_cannot_serve():
         choose(NATIVE_CPU, "bfloat16", 64, 4, 2, 16, native=True)
     # A sliding window or soft-capping: the reference, which has both.
     assert choose("auto", "float32", 64, 4, 2, 16, plain=False, native=True).in_use == REFERENCE
+    # A float8 cache: the GPU and TPU kernels read none, asked for by name.
+    for kernel in ("mosaic_gpu", "ragged_tpu"):
+        with pytest.raises(ValueError, match="float8"):
+            choose(kernel, "bfloat16", 64, 4, 2, 16, float8_cache=True)
+    assert choose("auto", "float32", 64, 4, 2, 16, native=True, float8_cache=True).in_use == NATIVE_CPU
+
+
+def test_every_float8_value_comes_back_exactly_from_the_kernel():
+    """One cached key: the attention's output is its value, every float8_e4m3fn bit pattern
+    but NaN's, subnormals included (XLA's threads read float32 subnormals as zero, so the
+    kernel must not build them)."""
+    patterns = np.arange(256, dtype=np.uint8)
+    v_cache = np.zeros((1, 2, 16, 1, 256), np.uint8)  # a float8 cache holds the bytes (kv_cache.FLOAT8_BYTES)
+    v_cache[0, 1, 0, 0] = patterns
+    q = jnp.ones((1, 1, 1, 256), jnp.float32)
+    _, normaliser, weighted = ops.decode_attention(q, jnp.zeros_like(v_cache), jnp.asarray(v_cache), 0,
+                                                   jnp.asarray([[1]], jnp.int32), jnp.asarray([1], jnp.int32))
+    got = np.asarray(weighted[0, 0, 0] / normaliser[0, 0, 0])
+    expected = np.asarray(jax.lax.bitcast_convert_type(jnp.asarray(patterns), jnp.float8_e4m3fn).astype(jnp.float32))
+    finite = ~np.isnan(expected)
+    assert finite.sum() == 254 and (expected[finite][1:8] > 0).all()  # the subnormals are in it
+    np.testing.assert_array_equal(got[finite], expected[finite])
 
 
 def test_cpu_kernels_native_fails_by_name_off_a_cpu_or_on_a_mesh():
@@ -188,13 +220,13 @@ def test_a_hidden_library_falls_back_to_jnp():
     subprocess.run([sys.executable, "-c", script], check=True, env=env)
 
 
-def test_the_cache_is_bfloat16_by_default_only_under_the_kernels_with_int8_weights():
+def test_the_cache_is_float8_values_by_default_only_under_the_kernels_with_int8_weights():
     import dataclasses
 
     from engine.device.kv_cache import kv_cache_dtype
 
     served = EngineConfig(dtype="float32", quantization="int8")
-    assert kv_cache_dtype(served, native_cpu=True) == "bfloat16"
+    assert kv_cache_dtype(served, native_cpu=True) == "float8_values"
     assert kv_cache_dtype(served, native_cpu=False) == "float32"  # the jnp path: as before
     assert kv_cache_dtype(dataclasses.replace(served, quantization="none"), native_cpu=True) == "float32"
     assert kv_cache_dtype(dataclasses.replace(served, dtype="bfloat16", quantization="none"), False) == "bfloat16"

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from numpy_reference import forward
 
 from engine.config import EngineConfig, ModelConfig
+from engine.device.kv_cache import KVCache, readable, storage_dtype
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8, resolve_quantization
 from engine.models.params import random_params
@@ -100,9 +102,10 @@ def log_likelihoods(logits, targets):
     return shifted[np.arange(len(targets)), targets] - log_normalizers
 
 
-# Chunks of 64 read the earlier chunks' keys and values from the cache: bfloat16 under the
-# native kernels with int8 weights (engine/device/kv_cache.py kv_cache_dtype), so the gate
-# scores that cache too; chunks of 1 are decode steps through the kernels' attention.
+# Chunks of 64 read the earlier chunks' keys and values from the cache: keys in bfloat16 and
+# values in float8 under the native kernels with int8 weights (engine/device/kv_cache.py
+# kv_cache_dtype), so the gate scores that cache too; chunks of 1 are decode steps through
+# the kernels' attention.
 GATE_CASES = [(TEXT, 512, "auto"), (TEXT, 1, "auto"), (SECOND_TEXT, 512, "auto"), (SECOND_TEXT, 64, "auto"),
               (TEXT, 512, "jnp"), (SECOND_TEXT, 512, "jnp")]
 
@@ -145,3 +148,17 @@ def test_the_head_in_groups_of_32_holds_smollm2s_q8_0_embedding_exactly(smollm2_
     held = np.asarray(dequantize(quantize_int8(embed, HEAD_GROUP_SIZE)))
     np.testing.assert_array_equal(held, embed)
     assert not np.array_equal(np.asarray(dequantize(quantize_int8(embed, 64))), embed)
+
+
+def test_a_float8_cache_saturates_where_a_cast_would_give_nan():
+    """float8_e4m3fn has no infinity: a cast of anything past 448 is NaN, which one outlier
+    key would spread through every later score. The cache clips to 448 first."""
+    assert np.isnan(float(jnp.asarray(1000.0).astype(jnp.float8_e4m3fn).astype(jnp.float32)))
+    shape = (1, 2, 4, 1, 4)
+    cache = KVCache(k=jnp.zeros(shape, storage_dtype("float8_e4m3fn")), v=jnp.zeros(shape, jnp.bfloat16))
+    keys = jnp.asarray([[[1000.0, -1e6, 3.0, 0.1]]])
+    written = cache.write(0, jnp.asarray([1]), jnp.asarray([2]), keys, keys)
+    stored_keys = np.asarray(readable(written.k[0, 1, 2, 0]).astype(jnp.float32))
+    np.testing.assert_array_equal(stored_keys[:3], [448.0, -448.0, 3.0])
+    assert abs(stored_keys[3] - 0.1) <= 0.1 / 16  # three mantissa bits
+    assert float(written.v[0, 1, 2, 0, 0]) == 1000.0  # a bfloat16 cache stores it as it is

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.sampling import empty_sampling_arrays, sample
+from engine.sampling.draw import row_uniforms
 
 LOGITS = np.array([2.0, 1.0, 0.0, -1.0, 3.0], dtype=np.float32)
 
@@ -75,3 +76,31 @@ def test_result_shape_is_what_sample_returns_for_any_rows_from_one_trace(monkeyp
         assert [(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(shaped)] == \
             [(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(expected)]
     assert len(traces) == 1
+
+
+def test_one_seed_over_consecutive_positions_follows_the_softmax():
+    """A seeded request draws with one seed at positions 0, 1, 2, ...: those draws must be
+    as independent as different seeds' (the counter hash, engine/sampling/draw.py)."""
+    num_draws, temperature = 20000, 0.7
+    batch = batch_for(num_draws, temperature, 12345, np.arange(num_draws))
+    tokens = draw(np.tile(LOGITS, (num_draws, 1)), batch)
+    expected = np.exp(LOGITS / temperature) / np.exp(LOGITS / temperature).sum()
+    observed = np.bincount(tokens, minlength=len(LOGITS)) / num_draws
+    assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected * (1 - expected) / num_draws))
+
+
+def test_row_uniforms_are_uniform_and_uncorrelated():
+    """Uniform in (0, 1), and no correlation between a row's draws, its neighbouring
+    positions, neighbouring seeds or its two streams (the beams' noise and the draw)."""
+    n = 50000
+    positions = np.arange(n)
+    uniforms = np.asarray(row_uniforms(jnp.full(n, 7, jnp.uint32), jnp.asarray(positions), 2))
+    other_stream = np.asarray(row_uniforms(jnp.full(n, 7, jnp.uint32), jnp.asarray(positions), 2, stream=1))
+    next_seed = np.asarray(row_uniforms(jnp.full(n, 8, jnp.uint32), jnp.asarray(positions), 2))
+    assert 0 < uniforms.min() and uniforms.max() < 1
+    counts = np.histogram(uniforms[:, 0], bins=20, range=(0, 1))[0]
+    assert np.all(np.abs(counts - n / 20) < 5 * np.sqrt(n / 20 * (1 - 1 / 20)))
+    first = uniforms[:, 0]
+    # A correlation's standard error is about 1 / sqrt(n): five of them.
+    for other in (uniforms[:, 1], np.roll(first, 1), other_stream[:, 0], next_seed[:, 0]):
+        assert abs(np.corrcoef(first, other)[0, 1]) < 5 / np.sqrt(n)

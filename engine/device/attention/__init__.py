@@ -115,10 +115,14 @@ class AttentionChoice:
 
 def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: int, page_size: int,
            buckets: tuple[tuple[int, int], ...] = DEFAULT_BUCKETS, plain: bool = True,
-           native: bool = False) -> AttentionChoice:
+           native: bool = False, float8_cache: bool = False) -> AttentionChoice:
     """What `requested` stands for here, after the kernel's start-up check at the engine's
     `buckets` ((tokens, rows) of its smallest and largest). A model whose attention is not
-    `plain` (a sliding window, soft-capped scores) gets the reference, which has both."""
+    `plain` (a sliding window, soft-capped scores) gets the reference, which has both; a
+    `float8_cache` is read by the reference or the native CPU kernel."""
+    if float8_cache and requested in (MOSAIC_GPU, RAGGED_TPU):
+        raise ValueError(f"attention {requested} reads no float8_e4m3fn KV cache: use another --kv-cache-dtype, "
+                         "or attention auto or reference")
     if not plain:
         if requested in (MOSAIC_GPU, RAGGED_TPU, NATIVE_CPU):
             raise ValueError(f"attention {requested} has no sliding window or soft-capping, and this model uses "
@@ -127,6 +131,8 @@ def choose(requested: str, dtype, head_dim: int, num_heads: int, num_kv_heads: i
         return AttentionChoice(requested, REFERENCE)
     shape = (dtype, head_dim, num_heads, num_kv_heads, page_size)
     name = resolve(requested, *shape, native=native)
+    if float8_cache and name in (MOSAIC_GPU, RAGGED_TPU):
+        return AttentionChoice(requested, REFERENCE, f"{name} reads no float8_e4m3fn KV cache")
     problem = start_up_problem(name, requested, *shape, buckets=buckets)
     if problem is None:
         return AttentionChoice(requested, name)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from engine.device.kv_cache import readable
+
 NEG_INF = -jnp.inf
 BLOCK_TOKENS = 128  # cached keys read per loop iteration (rounded to whole pages)
 
@@ -84,8 +86,8 @@ def block_reader(k_cache, v_cache, layer, tables, context_lens, first_keys, atte
 
     def read_block(j, state):
         pages = jax.lax.dynamic_slice_in_dim(tables, j * block_pages, block_pages, axis=1)
-        k = k_cache[layer, pages].reshape(num_tables, block_keys, *k_cache.shape[3:])
-        v = v_cache[layer, pages].reshape(num_tables, block_keys, *v_cache.shape[3:])
+        k = readable(k_cache[layer, pages].reshape(num_tables, block_keys, *k_cache.shape[3:]))
+        v = readable(v_cache[layer, pages].reshape(num_tables, block_keys, *v_cache.shape[3:]))
         return merge_softmax(state, attend(k, v, j * block_keys + jnp.arange(block_keys)))
 
     num_blocks = (context_lens.max() + block_keys - 1) // block_keys

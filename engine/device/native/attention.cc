@@ -22,11 +22,14 @@ namespace {
 // normaliser, weighted values) over the cached keys only, which the caller merges with the
 // step's own keys (engine/device/attention/reference.py).
 
-// T: float, or uint16_t for a bfloat16 cache (widened to float32 as it is read).
-template <typename T>
+// K, V: float, uint16_t for a bfloat16 cache or uint8_t for a float8_e4m3fn one (widened to
+// float32 as they are read).
+template <typename K, typename V>
 struct CacheView {
-  const T* k;  // [pages, page_size, kv_heads, d] of one layer
-  const T* v;
+  using Key = K;
+  using Value = V;
+  const K* k;  // [pages, page_size, kv_heads, d] of one layer
+  const V* v;
   int64_t pages, page_size, kv_heads, d;
 
   int64_t offset(int64_t page, int64_t slot, int64_t head) const {
@@ -39,6 +42,36 @@ constexpr int64_t kMaxPageSize = 256;
 // kLanes of a cached key or value as float32.
 inline fvec load_cached(const float* p) { return load(p); }
 inline fvec load_cached(const uint16_t* p) { return widen(p); }
+
+// kLanes float8_e4m3fn values as float32 times 2^-8, by way of float16: a float8's exponent
+// and mantissa moved 7 bits up are a float16's (exponent bias 15, not 7: the value times
+// 2^-8, subnormals included, which the hardware conversion widens exactly). Sign-extended
+// first, so the shift leaves the sign on top and one stray bit below it to clear. The 2^8
+// is put back once (kWidenedScale), on the query and on the weighted sum, not per value.
+// (The cache holds no NaN: kv_cache.py `stored` saturates.)
+inline fvec load_cached(const uint8_t* p) {
+#if defined(__AVX512F__)
+  const __m256i words = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return (fvec)_mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(words, 7), _mm256_set1_epi16(int16_t(0xbfff))));
+#elif defined(__AVX2__) && defined(__F16C__)
+  const __m128i words = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return (fvec)_mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(words, 7), _mm_set1_epi16(int16_t(0xbfff))));
+#else
+  fvec v;
+  for (int i = 0; i < kLanes; ++i) {
+    const int magnitude = p[i] & 0x7f, exponent = magnitude >> 3, mantissa = magnitude & 7;
+    const float value = exponent == 0 ? std::ldexp(float(mantissa), -17) : std::ldexp(float(8 + mantissa), exponent - 18);
+    v[i] = p[i] & 0x80 ? -value : value;
+  }
+  return v;
+#endif
+}
+
+// What load_cached's lanes are short of: 2^8 for float8 (above), nothing for the others.
+template <typename T>
+constexpr float kWidenedScale = 1.0f;
+template <>
+constexpr float kWidenedScale<uint8_t> = 256.0f;
 
 // exp of each lane, for x <= 0 (scores less their running max), to about float32's
 // precision: exp(x) = 2^n exp(r) with n = round(x / ln 2), |r| <= ln 2 / 2, and exp(r) by a
@@ -72,12 +105,12 @@ struct SoftmaxState {
 
 // Folds the first `keys` keys of `page` (KV head `head`) into `state` for `query`;
 // `scores` holds a page of scores and whole vectors past it.
-template <int DV, typename T>
-void fold_page(const CacheView<T>& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
+template <int DV, typename Cache>
+void fold_page(const Cache& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
                SoftmaxState<DV>& state) {
   float block_max = -std::numeric_limits<float>::infinity();
   for (int64_t s = 0; s < keys; ++s) {
-    const T* key = cache.k + cache.offset(page, s, head);
+    const auto* key = cache.k + cache.offset(page, s, head);
     fvec partial = query[0] * load_cached(key);
     for (int i = 1; i < DV; ++i) partial += query[i] * load_cached(key + i * kLanes);
     scores[s] = sum(partial);
@@ -95,7 +128,7 @@ void fold_page(const CacheView<T>& cache, const fvec* query, int64_t page, int64
   }
   for (int i = 0; i < DV; ++i) state.out[i] *= splat(rescale);
   for (int64_t s = 0; s < keys; ++s) {
-    const T* value = cache.v + cache.offset(page, s, head);
+    const auto* value = cache.v + cache.offset(page, s, head);
     const fvec p = splat(scores[s]);
     for (int i = 0; i < DV; ++i) state.out[i] += p * load_cached(value + i * kLanes);
   }
@@ -104,9 +137,11 @@ void fold_page(const CacheView<T>& cache, const fvec* query, int64_t page, int64
 }
 
 // One (token, KV head): each of its `group` queries against the first `context` cached keys
-// of `table`, a page at a time (DV vectors of head_dim).
-template <int DV, typename T>
-void attend_one(const CacheView<T>& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
+// of `table`, a page at a time (DV vectors of head_dim). (Widening a narrow cache's page once
+// for the whole group, into a buffer, was slower: 32 decode rows of SmolLM2, 3 queries a
+// KV head, took 3 ms more a step.)
+template <int DV, typename Cache>
+void attend_one(const Cache& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
                 int64_t head, int64_t group, float* m, float* l, float* acc) {
   constexpr int64_t d = DV * kLanes;
   const int64_t page_size = cache.page_size;
@@ -114,7 +149,7 @@ void attend_one(const CacheView<T>& cache, const float* q, const int32_t* table,
   alignas(64) float scores[kMaxPageSize + kLanes];
   for (int64_t g = 0; g < group; ++g) {
     fvec query[DV];
-    for (int i = 0; i < DV; ++i) query[i] = load(q + g * d + i * kLanes);
+    for (int i = 0; i < DV; ++i) query[i] = load(q + g * d + i * kLanes) * splat(kWidenedScale<typename Cache::Key>);
     SoftmaxState<DV> state;
     for (int64_t j = 0; j < num_pages; ++j) {
       int64_t page = table[j];
@@ -123,49 +158,52 @@ void attend_one(const CacheView<T>& cache, const float* q, const int32_t* table,
     }
     m[g] = state.running_max;
     l[g] = state.normaliser;
-    for (int i = 0; i < DV; ++i) std::memcpy(acc + g * d + i * kLanes, &state.out[i], sizeof state.out[i]);
+    for (int i = 0; i < DV; ++i) {
+      const fvec weighted = state.out[i] * splat(kWidenedScale<typename Cache::Value>);
+      std::memcpy(acc + g * d + i * kLanes, &weighted, sizeof weighted);
+    }
   }
 }
 
-template <typename T>
-using AttendOne = void (*)(const CacheView<T>&, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+template <typename Cache>
+using AttendOne = void (*)(const Cache&, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
                            float*, float*, float*);
 
-template <typename T>
-AttendOne<T> attend_one_for(int64_t head_dim) {
+template <typename Cache>
+AttendOne<Cache> attend_one_for(int64_t head_dim) {
   switch (head_dim) {
-    case 32: return attend_one<32 / kLanes, T>;
-    case 64: return attend_one<64 / kLanes, T>;
-    case 128: return attend_one<128 / kLanes, T>;
-    case 256: return attend_one<256 / kLanes, T>;
+    case 32: return attend_one<32 / kLanes, Cache>;
+    case 64: return attend_one<64 / kLanes, Cache>;
+    case 128: return attend_one<128 / kLanes, Cache>;
+    case 256: return attend_one<256 / kLanes, Cache>;
     default: return nullptr;
   }
 }
 
-// KV: the cache's type, F32 or BF16 (its elements uint16_t).
-template <ffi::DataType KV>
-ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<KV> k_cache,
-                           ffi::Buffer<KV> v_cache, ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> tables,
-                           ffi::Buffer<ffi::S32> context_lens, ffi::ResultBuffer<ffi::F32> m,
-                           ffi::ResultBuffer<ffi::F32> l, ffi::ResultBuffer<ffi::F32> acc) {
-  auto qd = q.dimensions();      // [tokens, kv_heads, group, d]
+// The kernel over caches of key type K and value type V: float, uint16_t (bfloat16) or
+// uint8_t (float8_e4m3fn).
+template <typename K, typename V>
+ffi::Error Attend(ffi::ThreadPool& pool, const ffi::Buffer<ffi::F32>& q, const ffi::AnyBuffer& k_cache,
+                  const ffi::AnyBuffer& v_cache, int32_t layer, const ffi::Buffer<ffi::S32>& tables,
+                  const ffi::Buffer<ffi::S32>& context_lens, float* m_out, float* l_out, float* acc_out) {
+  auto qd = q.dimensions();        // [tokens, kv_heads, group, d]
   auto cd = k_cache.dimensions();  // [layers, pages, page_size, kv_heads, d]
+  auto vd = v_cache.dimensions();
   const int64_t tokens = qd[0], kv_heads = qd[1], group = qd[2], d = qd[3];
-  if (cd.size() != 5 || cd[3] != kv_heads || cd[4] != d)
+  if (cd.size() != 5 || cd[3] != kv_heads || cd[4] != d || !std::equal(cd.begin(), cd.end(), vd.begin(), vd.end()))
     return ffi::Error::InvalidArgument("flint_decode_attention: cache and queries disagree");
-  using T = ffi::NativeType<KV>;
-  const AttendOne<T> attend = attend_one_for<T>(d);
+  using Cache = CacheView<K, V>;
+  const AttendOne<Cache> attend = attend_one_for<Cache>(d);
   if (attend == nullptr || cd[2] > kMaxPageSize)
     return ffi::Error::InvalidArgument("flint_decode_attention: head_dim or page size not served");
-  const int64_t layer_index = layer_in_range(layer.typed_data()[0], cd[0]);
+  const int64_t layer_index = layer_in_range(layer, cd[0]);
   const int64_t layer_size = cd[1] * cd[2] * cd[3] * cd[4];
-  CacheView<T> cache{k_cache.typed_data() + layer_index * layer_size, v_cache.typed_data() + layer_index * layer_size,
-                  cd[1], cd[2], kv_heads, d};
+  Cache cache{static_cast<const K*>(k_cache.untyped_data()) + layer_index * layer_size,
+              static_cast<const V*>(v_cache.untyped_data()) + layer_index * layer_size, cd[1], cd[2], kv_heads, d};
   const int64_t table_len = tables.dimensions()[1];
   const float* queries = q.typed_data();
   const int32_t* table_data = tables.typed_data();
   const int32_t* contexts = context_lens.typed_data();
-  float *m_out = m->typed_data(), *l_out = l->typed_data(), *acc_out = acc->typed_data();
   parallel_for(pool, tokens * kv_heads, [&](int64_t task) {
     const int64_t token = task / kv_heads, head = task % kv_heads;
     const int64_t context = std::max<int32_t>(contexts[token], 0);
@@ -176,22 +214,39 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   return ffi::Error::Success();
 }
 
+// The caches come as they lie, of any served pair of types (`--kv-cache-dtype`): float32,
+// bfloat16 or float8_e4m3fn both, or keys in bfloat16 with values in float8_e4m3fn. A
+// float8 cache's arrays are its bytes, U8 (engine/device/kv_cache.py FLOAT8_BYTES).
+ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer k_cache,
+                           ffi::AnyBuffer v_cache, ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> tables,
+                           ffi::Buffer<ffi::S32> context_lens, ffi::ResultBuffer<ffi::F32> m,
+                           ffi::ResultBuffer<ffi::F32> l, ffi::ResultBuffer<ffi::F32> acc) {
+  using DT = ffi::DataType;
+  const DT keys = k_cache.element_type(), values = v_cache.element_type();
+  const int32_t index = layer.typed_data()[0];
+  float *m_out = m->typed_data(), *l_out = l->typed_data(), *acc_out = acc->typed_data();
+  if (keys == DT::F32 && values == DT::F32)
+    return Attend<float, float>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
+  if (keys == DT::BF16 && values == DT::BF16)
+    return Attend<uint16_t, uint16_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
+  if (keys == DT::U8 && values == DT::U8)
+    return Attend<uint8_t, uint8_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
+  if (keys == DT::BF16 && values == DT::U8)
+    return Attend<uint16_t, uint8_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
+  return ffi::Error::InvalidArgument("flint_decode_attention: a pair of cache dtypes it does not serve");
+}
+
 }  // namespace
 
-// One binding per cache type: the float32 cache, and the bfloat16 one (`--kv-cache-dtype`).
-#define FLINT_DECODE_ATTENTION(name, kv)                                                   \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, DecodeAttention<kv>,                                 \
-                                ffi::Ffi::Bind()                                           \
-                                    .Ctx<ffi::ThreadPool>()                                \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                          \
-                                    .Arg<ffi::Buffer<kv>>()                                \
-                                    .Arg<ffi::Buffer<kv>>()                                \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                          \
-                                    .Ret<ffi::Buffer<ffi::F32>>()                          \
-                                    .Ret<ffi::Buffer<ffi::F32>>()                          \
-                                    .Ret<ffi::Buffer<ffi::F32>>())
-
-FLINT_DECODE_ATTENTION(FlintDecodeAttention, ffi::F32);
-FLINT_DECODE_ATTENTION(FlintDecodeAttentionBf16, ffi::BF16);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintDecodeAttention, DecodeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

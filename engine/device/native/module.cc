@@ -11,7 +11,6 @@
 extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* FlintDecodeAttentionBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 
 static PyObject* Targets(PyObject*, PyObject*) {
@@ -20,7 +19,6 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_int8", FlintLinearInt8},
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_decode_attention", FlintDecodeAttention},
-      {"flint_decode_attention_bf16", FlintDecodeAttentionBf16},
       {"flint_zeros", FlintZeros},
   };
   for (const auto& [name, handler] : handlers) {

@@ -93,20 +93,24 @@ def linear(x, weight: NativeWeight):
     return jax.ffi.ffi_call("flint_linear_int8", out)(x, weight.values, weight.scales, weight.layer)
 
 
-# The attention kernel's binding for each cache dtype (attention.cc FLINT_DECODE_ATTENTION).
-DECODE_ATTENTION_TARGETS = {"float32": "flint_decode_attention", "bfloat16": "flint_decode_attention_bf16"}
+# The (keys, values) cache array dtypes the attention kernel reads (attention.cc
+# DecodeAttention); uint8: float8_e4m3fn's bytes (engine/device/kv_cache.py FLOAT8_BYTES).
+DECODE_ATTENTION_CACHES = {("float32", "float32"), ("bfloat16", "bfloat16"), ("uint8", "uint8"), ("bfloat16", "uint8")}
 
 
 def decode_attention(q, k_cache, v_cache, layer, tables, context_lens):
     """Softmax state (max, normaliser, weighted values) of queries q [t, kv, group, d],
     already scaled, over each token's first `context_lens` [t] cached keys, whose pages are
-    `tables` [t, pages]; k_cache, v_cache: [layers, pages, page_size, kv, d], float32 or
-    bfloat16 (widened as the kernel reads them)."""
+    `tables` [t, pages]; k_cache, v_cache: [layers, pages, page_size, kv, d], float32,
+    bfloat16 or float8_e4m3fn's bytes, in a pair of DECODE_ATTENTION_CACHES (widened as the
+    kernel reads them, in place)."""
     registered()
     stats = jax.ShapeDtypeStruct(q.shape[:3], jnp.float32)
     weighted = jax.ShapeDtypeStruct(q.shape, jnp.float32)
-    target = DECODE_ATTENTION_TARGETS[jnp.dtype(k_cache.dtype).name]
-    return jax.ffi.ffi_call(target, (stats, stats, weighted))(
+    dtypes = (jnp.dtype(k_cache.dtype).name, jnp.dtype(v_cache.dtype).name)
+    if dtypes not in DECODE_ATTENTION_CACHES:
+        raise ValueError(f"the native decode attention reads no cache of (keys, values) {dtypes}")
+    return jax.ffi.ffi_call("flint_decode_attention", (stats, stats, weighted))(
         q.astype(jnp.float32), k_cache, v_cache, jnp.asarray(layer, jnp.int32), tables.astype(jnp.int32),
         context_lens.astype(jnp.int32))
 
