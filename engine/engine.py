@@ -146,9 +146,7 @@ class Engine:
 
     def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
         """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from
-        another thread: a step uses a bucket once it is compiled); returns the seconds it took.
-        The grammar compiler's vocabulary is built first, for the first structured request."""
-        self.grammars.prepare()
+        another thread: a step uses a bucket once it is compiled); returns the seconds it took."""
         return self.runner.warmup(report, self.runner.remaining_buckets())
 
     def add_request(self, request: Request) -> None:

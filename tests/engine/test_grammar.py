@@ -17,7 +17,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.host.decode_window import mask_is_fixed
 from engine.host.request import Request, SamplingParams, StopCriteria
-from engine.text.grammar import Grammar, GrammarError
+from engine.text.grammar import Grammar, GrammarCompiler, GrammarError
 
 TINY = EngineConfig(max_model_len=256, max_num_seqs=8, max_num_batched_tokens=64, num_pages=128, page_size=16)
 BOUNDED_SCHEMA = {
@@ -158,3 +158,15 @@ def test_a_matcher_that_refuses_a_token_aborts_the_request(engine):
     outputs = [output for _ in range(3) for output in engine.step() if output.request_id == "broken"]
     assert outputs[-1].finish_reason == "abort" and outputs[-1].new_token_ids == []
     assert not engine.has_unfinished()
+
+
+def test_the_grammar_vocabulary_is_built_at_the_first_structured_request(engine, monkeypatch):
+    """llguidance's tokenizer (37 MiB for SmolLM2's vocabulary) is held only once a request
+    constrains its output: compiling the remaining buckets no longer builds it."""
+    fresh = GrammarCompiler(engine.grammars._source, engine.grammars.vocab_size, engine.eos_token_ids)
+    monkeypatch.setattr(engine, "grammars", fresh)
+    engine.compile_remaining()
+    run(engine, None, max_tokens=3)
+    assert fresh._tokenizer is None
+    text, _ = run(engine, Grammar("regex", "[ab]{3}"), max_tokens=3)
+    assert fresh._tokenizer is not None and re.fullmatch("[ab]{3}", text)
