@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from engine.host.request import BEAM_MODES
 from engine.sampling.draw import row_uniforms
 from engine.sampling.logprobs import log_softmax
-from engine.sampling.topk import top_k
+from engine.sampling.topk import IN_BOUNDS, top_k
 
 BEAM_CANDIDATES = 64  # per beam row: at least twice the most beams a search may keep (31)
 NOT_A_BEAM = 0
@@ -82,7 +82,7 @@ def beam_candidates(processed, truncated, arrays) -> BeamCandidates:
     best_keys, token_ids = top_k(keys, _num_candidates(processed))
 
     def take(values):
-        return jnp.take_along_axis(values, token_ids, axis=-1)
+        return jnp.take_along_axis(values, token_ids, axis=-1, mode=IN_BOUNDS)
 
     return BeamCandidates(token_ids=token_ids, logprobs=take(logprobs), sampling_logprobs=take(sampling_logprobs),
                           keys=best_keys)

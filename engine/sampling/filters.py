@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.bisection import largest_key, ordered_keys
-from engine.sampling.topk import top_k as best_of
+from engine.sampling.topk import IN_BOUNDS, top_k as best_of
 
 _NEG_INF = -jnp.inf
 # The best 256 cost ~13 ms at 64 x 49,152 on the 2-core CPU, against ~100-150 ms for a
@@ -40,7 +40,7 @@ NUM_FAST_CANDIDATES = 256
 
 def take(values, index):
     """values[row, index[row]] for each row of values [rows, n]."""
-    return jnp.take_along_axis(values, index[:, None], axis=-1)[:, 0]
+    return jnp.take_along_axis(values, index[:, None], axis=-1, mode=IN_BOUNDS)[:, 0]
 
 
 def kth_best(best, top_k):
@@ -93,7 +93,7 @@ def keep_by_mass(scores, probs, p):
     keys = ordered_keys(scores)
     target = p * jnp.sum(probs, axis=-1)  # compare unnormalized sums: no division rounding
     best, index = best_of(scores, min(NUM_FAST_CANDIDATES, scores.shape[-1]))
-    fast, covered = nucleus_threshold(best, jnp.take_along_axis(probs, index, axis=-1), target)
+    fast, covered = nucleus_threshold(best, jnp.take_along_axis(probs, index, axis=-1, mode=IN_BOUNDS), target)
 
     def holds(t):
         return jnp.sum(jnp.where(keys >= t[:, None], probs, 0), axis=-1) >= target

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.sampling.topk import top_k
+from engine.sampling.topk import IN_BOUNDS, top_k
 
 
 @jax.tree_util.register_dataclass
@@ -67,7 +67,7 @@ def log_softmax(logits):
 
 def _take(values, ids):
     """values[row, ids[row]] for each row."""
-    return jnp.take_along_axis(values, ids[:, None].astype(jnp.int32), axis=-1)[:, 0]
+    return jnp.take_along_axis(values, ids[:, None].astype(jnp.int32), axis=-1, mode=IN_BOUNDS)[:, 0]
 
 
 def _model_logprobs(logits, token_ids, num_top: int):

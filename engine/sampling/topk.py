@@ -13,7 +13,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-BLOCK = 32
+# Every index the sampler gathers at lies in bounds (a top_k's, a sampled token's, a clipped
+# one's): jnp's default gather masks out-of-bounds reads, code repeated in every bucket's
+# program (and XLA's gather clamps regardless).
+IN_BOUNDS = "promise_in_bounds"
+BLOCK_BITS = 5
+BLOCK = 1 << BLOCK_BITS  # a power of two: an entry's block and place in it are a shift and a mask
 
 
 def top_k(x, k: int):
@@ -26,8 +31,9 @@ def top_k(x, k: int):
     padded = jnp.pad(x, ((0, 0), (0, num_blocks * BLOCK - n)), constant_values=-jnp.inf)
     blocks = padded.reshape(rows, num_blocks, BLOCK)
     _, best_blocks = jax.lax.top_k(jnp.max(blocks, axis=-1), k)  # [rows, k]
-    chosen = jnp.take_along_axis(blocks, best_blocks[:, :, None], axis=1).reshape(rows, k * BLOCK)
-    values, within = jax.lax.top_k(chosen, k)
-    block = jnp.take_along_axis(best_blocks, within // BLOCK, axis=-1)
+    # Shifts spare floor division its sign handling.
+    chosen = jnp.take_along_axis(blocks, best_blocks[:, :, None], axis=1, mode=IN_BOUNDS)
+    values, within = jax.lax.top_k(chosen.reshape(rows, k * BLOCK), k)
+    block = jnp.take_along_axis(best_blocks, within >> BLOCK_BITS, axis=-1, mode=IN_BOUNDS)
     # A padding entry comes back only in a row with fewer than k entries above -inf.
-    return values, jnp.minimum(block * BLOCK + within % BLOCK, n - 1).astype(jnp.int32)
+    return values, jnp.minimum((block << BLOCK_BITS) + (within & (BLOCK - 1)), n - 1).astype(jnp.int32)
