@@ -21,6 +21,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 from engine.engine import Engine
+from engine.host.heap import release_freed_memory
 from engine.host.request import Request, RequestOutput
 
 log = logging.getLogger("flint")
@@ -111,9 +112,17 @@ class AsyncEngine:
 
     def _run(self) -> None:
         try:
-            while self._drain_commands(block=not self.engine.has_unfinished()):
+            stepped = False  # since the engine last ran out of work
+            while True:
+                idle = not self.engine.has_unfinished()
+                if idle and stepped:
+                    release_freed_memory()  # engine/host/heap.py: once per busy spell, before waiting
+                    stepped = False
+                if not self._drain_commands(block=idle):
+                    break
                 for output in self.engine.step():
                     self._deliver(output)
+                stepped = True
         except BaseException as error:  # report to every waiting caller, then to the owner
             self._error = error  # first: see the comment in `generate`
             for request_id in list(self._streams):  # wrapped: a dead engine's ValueError is no refusal

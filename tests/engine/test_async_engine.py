@@ -175,3 +175,33 @@ def test_a_generate_racing_the_death_raises_instead_of_waiting_forever():
             asyncio.run(asyncio.wait_for(collect(async_engine, greedy("racer", [1, 2])), 5))
     finally:
         async_engine.stop()
+
+
+def test_the_heap_is_trimmed_once_each_time_the_engine_runs_out_of_work(async_engine, monkeypatch):
+    """engine/host/heap.py: glibc's free pages go back to the system when the engine idles,
+    once per busy spell, and not between its steps."""
+    import platform
+
+    import engine.async_engine as module
+    from engine.host.heap import release_freed_memory
+
+    trims = []
+    monkeypatch.setattr(module, "release_freed_memory", lambda: trims.append(threading.get_ident()))
+
+    async def two_spells():
+        await asyncio.gather(collect(async_engine, greedy("t1", [1, 2], 8)), collect(async_engine, greedy("t2", [3], 5)))
+        for _ in range(100):  # the thread trims after delivering the last output
+            if trims:
+                break
+            await asyncio.sleep(0.01)
+        first = len(trims)
+        await collect(async_engine, greedy("t3", [4, 5], 3))
+        for _ in range(100):
+            if len(trims) > first:
+                break
+            await asyncio.sleep(0.01)
+        return first
+
+    assert asyncio.run(two_spells()) == 1 and len(trims) == 2
+    assert trims[0] != threading.get_ident()  # on the engine thread
+    assert release_freed_memory() == (platform.libc_ver()[0] == "glibc")
