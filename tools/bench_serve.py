@@ -177,7 +177,7 @@ def flint_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, ro
         with failure_log(server):
             figures = {n: measure_load(args, server, source.id, tokens, round_index, n) for n in args.concurrency}
             figures["ttft"] = measure_ttft(args, server, source.id, tokens, round_index)
-        server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+        server.rss_after_load = rss_at_rest(server)
     return figures, server
 
 
@@ -193,13 +193,25 @@ def llama_turn(args, binary: Path, scratch: Path, source, tokens: np.ndarray, ro
             with failure_log(server):
                 for clients in args.concurrency if args.llama_slots else [slots]:
                     figures[clients] = measure_load(args, server, source.id, tokens, round_index, clients)
-            server.rss_after_load = max(server.rss_bytes, resident_bytes(server.process.pid))
+            server.rss_after_load = rss_at_rest(server)
             largest = server if slots == (args.llama_slots or max(args.concurrency)) else largest
     with ExitStack() as stack:
         server = start_one("llama-server", args, binary, stack, scratch, 1)
         with failure_log(server):
             figures["ttft"] = measure_ttft(args, server, source.id, tokens, round_index)
     return figures, largest
+
+
+SETTLE_SECONDS = 1.0
+
+
+def rss_at_rest(server: Server) -> int:
+    """The larger of the memory once healthy and after the load, read SETTLE_SECONDS after the
+    last response, both servers alike: what a server holds at rest, not as its last request
+    is torn down (Flint hands freed heap pages back once its engine runs out of work,
+    engine/host/heap.py)."""
+    time.sleep(SETTLE_SECONDS)
+    return max(server.rss_bytes, resident_bytes(server.process.pid))
 
 
 def warm_up(server: Server, model_id: str, tokens: np.ndarray) -> None:
