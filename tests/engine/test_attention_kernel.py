@@ -277,3 +277,13 @@ def test_auto_falls_back_to_the_reference_when_the_kernel_fails_its_check(monkey
         attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16)
     monkeypatch.setattr(attention, "resolve", lambda name, *shape, **options: REFERENCE)  # as on a CPU
     assert attention.choose("auto", "float32", 128, 32, 8, 16) == attention.AttentionChoice("auto", REFERENCE)
+
+
+def test_a_float8_cache_is_read_by_the_reference_where_auto_would_take_a_kernel(monkeypatch):
+    import engine.device.attention as attention
+
+    monkeypatch.setattr(attention, "resolve", lambda name, *shape, **options: MOSAIC_GPU)  # as on a GPU
+    choice = attention.choose("auto", "bfloat16", 128, 32, 8, 16, float8_cache=True)
+    assert choice.in_use == REFERENCE and "float8" in choice.fallback
+    with pytest.raises(ValueError, match="reads no float8"):
+        attention.choose(MOSAIC_GPU, "bfloat16", 128, 32, 8, 16, float8_cache=True)
