@@ -154,8 +154,9 @@ def init_kv_cache(model: ModelConfig, engine: EngineConfig, mesh: Mesh, per_laye
         zeros = _zeros(shape, keys, layer_kv_cache_sharding(shape, mesh), native)
         return LayerKVCache(layers=tuple(zeros() for _ in range(layers)))
     shape = kv_cache_shape(model, engine)
-    sharding = kv_cache_sharding(shape, mesh)
-    return KVCache(k=_zeros(shape, keys, sharding, native)(), v=_zeros(shape, values, sharding, native)())
+    # One program per dtype: a second, identical one would be a second compile (or cache load).
+    zeros = {dtype: _zeros(shape, dtype, kv_cache_sharding(shape, mesh), native) for dtype in {keys, values}}
+    return KVCache(k=zeros[keys](), v=zeros[values]())
 
 
 def _zeros(shape: tuple[int, ...], dtype, sharding: NamedSharding, native: bool):

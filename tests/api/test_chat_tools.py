@@ -142,8 +142,10 @@ def test_auto_with_a_json_format_otherwise_answers_that_json(client, monkeypatch
 
 
 def test_strict_tools_keep_to_their_schema(client):
-    unsupported = {"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": True,
-                                                            "items": {"enum": [1, 2]}}}}
+    # Bounded (no other keys, at most four items), so that any draw finishes within the tokens.
+    unsupported = {"type": "object", "additionalProperties": False,
+                   "properties": {"ids": {"type": "array", "uniqueItems": True, "maxItems": 4,
+                                          "items": {"enum": [1, 2]}}}}
     tool = {"type": "function", "function": {"name": "pick", "parameters": unsupported, "strict": True}}
     error = refused(client, tools=[tool], tool_choice="required")
     assert error["param"] == "tools.[0].function.parameters" and "uniqueItems" in error["message"]

@@ -67,9 +67,10 @@ def test_no_control_leaves_the_text_raw_and_none_forbids_thinking(client, tokeni
 
 
 def test_a_prompt_that_opens_the_section_begins_inside_it(client, tokenizer):
-    answer = complete(client, prompt=PROMPT + "<think>\n", thinking={"type": "disabled"})
+    # The end tag banned: closed at once all the same (forced), and never drawn again in the answer.
+    answer = complete(client, prompt=PROMPT + "<think>\n", thinking={"type": "disabled"}, logit_bias=NEVER_ENDS)
     ids = answer["choices"][0]["tokens"]
-    assert ids[0] == END_ID  # closed at once: no thinking asked
+    assert ids[0] == END_ID and END_ID not in ids[1:]  # closed at once: no thinking asked
     assert answer["choices"][0]["text"] == tokenizer.decode(ids[1:], skip_special_tokens=True).lstrip("\n")
 
 

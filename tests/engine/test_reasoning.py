@@ -188,8 +188,10 @@ def test_windows_and_drafts_never_run_past_a_forced_token(engine, tokenizer, tag
     """The budget forces the bridge one token at a time: decode windows, chained windows and
     drafts stop short of it, so every way of stepping gives the same output."""
     bridge = tuple(tokenizer.encode_plain(" Enough."))
-    request = Request("window", prompt(tokenizer), SamplingParams(temperature=1.0, seed=11),
-                      StopCriteria(max_tokens=60, ignore_eos=True),
+    # The end tag banned, so that no draw ends the thinking before its budget does (the bridge
+    # and the end are forced past the ban).
+    never_ends = SamplingParams(temperature=1.0, seed=11, logit_bias=((tags.end_id, -100.0),))
+    request = Request("window", prompt(tokenizer), never_ends, StopCriteria(max_tokens=60, ignore_eos=True),
                       reasoning=thinking(tags, budget=30, budget_end_ids=bridge, opens=True))
     windowed = joined(run(engine, request))[0]
     free = 30 - len(bridge)
