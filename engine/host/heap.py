@@ -3,9 +3,10 @@
 glibc keeps what a process frees in its arenas, for the next allocation, and gives back
 only what lies at an arena's top. XLA's executions allocate and free their buffers on the
 engine's and XLA's threads, so after a load the arenas hold freed pages scattered among
-live ones: `malloc_trim(0)` returns every whole free page (about 30 MiB of a Flint server's
-1 GiB after `make bench-serve`'s load, in 2-5 ms). The engine thread calls it once each
-time the engine runs out of work, never between steps. Elsewhere than glibc it is a no-op.
+live ones: `malloc_trim(0)` returns every whole free page (measured: about 10 MiB of a Flint
+server's 900 after `make bench-serve`'s load; 30 MiB through gdb before the sampler shrank;
+well under a millisecond). The engine thread calls it once each time the engine runs out of
+work, never between steps. Elsewhere than glibc it is a no-op.
 """
 
 from __future__ import annotations

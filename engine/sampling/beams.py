@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from engine.host.request import BEAM_MODES
 from engine.sampling.draw import row_uniforms
 from engine.sampling.logprobs import log_softmax
-from engine.sampling.topk import IN_BOUNDS, top_k
+from engine.sampling.gather import IN_BOUNDS
+from engine.sampling.topk import top_k
 
 BEAM_CANDIDATES = 64  # per beam row: at least twice the most beams a search may keep (31)
 NOT_A_BEAM = 0

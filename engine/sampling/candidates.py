@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.draw import Draw, inverse_cdf_draw
-from engine.sampling.filters import apply_after_the_cuts, kth_best, min_p_keeps, nucleus_threshold, take
+from engine.sampling.filters import apply_after_the_cuts, kth_best, min_p_keeps, nucleus_threshold
+from engine.sampling.gather import take
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.topk import top_k as best_of
 

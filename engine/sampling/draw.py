@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.sampling.topk import IN_BOUNDS
+from engine.sampling.gather import IN_BOUNDS, take
 
 CDF_BLOCK = 256  # tokens per block of the two-level inverse-CDF search
 
@@ -65,7 +65,7 @@ def inverse_cdf_draw(logits, uniform):
     block_cdf = jnp.cumsum(blocks.sum(-1), axis=-1)  # [rows, blocks]
     target = uniform * block_cdf[:, -1]
     block = jnp.minimum(jnp.sum(block_cdf < target[:, None], axis=-1), num_blocks - 1)
-    mass_before = jnp.where(block > 0, jnp.take_along_axis(block_cdf, jnp.maximum(block - 1, 0)[:, None], 1, mode=IN_BOUNDS)[:, 0], 0.0)
+    mass_before = jnp.where(block > 0, take(block_cdf, jnp.maximum(block - 1, 0)), 0.0)
     inner = jnp.take_along_axis(blocks, block[:, None, None], axis=1, mode=IN_BOUNDS)[:, 0]  # [rows, CDF_BLOCK]
     within = jnp.sum(mass_before[:, None] + jnp.cumsum(inner, axis=-1) < target[:, None], axis=-1)
     # Rounding can carry the draw past the block's last token with probability: stop there.

@@ -30,17 +30,13 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.bisection import largest_key, ordered_keys
-from engine.sampling.topk import IN_BOUNDS, top_k as best_of
+from engine.sampling.gather import IN_BOUNDS, take
+from engine.sampling.topk import top_k as best_of
 
 _NEG_INF = -jnp.inf
 # The best 256 cost ~13 ms at 64 x 49,152 on the 2-core CPU, against ~100-150 ms for a
 # bisection: peaked distributions settle within these and skip the bisection.
 NUM_FAST_CANDIDATES = 256
-
-
-def take(values, index):
-    """values[row, index[row]] for each row of values [rows, n]."""
-    return jnp.take_along_axis(values, index[:, None], axis=-1, mode=IN_BOUNDS)[:, 0]
 
 
 def kth_best(best, top_k):

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from engine.sampling.topk import IN_BOUNDS, top_k
+from engine.sampling.gather import take
+from engine.sampling.topk import top_k
 
 
 @jax.tree_util.register_dataclass
@@ -65,11 +66,6 @@ def log_softmax(logits):
     return jnp.where(jnp.isneginf(log_total), -jnp.inf, shifted - log_total)
 
 
-def _take(values, ids):
-    """values[row, ids[row]] for each row."""
-    return jnp.take_along_axis(values, ids[:, None].astype(jnp.int32), axis=-1, mode=IN_BOUNDS)[:, 0]
-
-
 def _model_logprobs(logits, token_ids, num_top: int):
     """(logprob, rank, top_ids, top_logprobs) of token_ids under the model distribution.
 
@@ -78,7 +74,7 @@ def _model_logprobs(logits, token_ids, num_top: int):
     logits = logits.astype(jnp.float32)
     peak = jnp.max(logits, axis=-1)
     log_total = peak + jnp.log(jnp.sum(jnp.exp(logits - peak[:, None]), axis=-1))
-    chosen_logit = _take(logits, token_ids)
+    chosen_logit = take(logits, token_ids)
     # Counting strictly greater entries makes ties share the better rank.
     rank = jnp.sum(logits > chosen_logit[:, None], axis=-1).astype(jnp.int32) + 1
     top_logits, top_ids = top_k(logits, num_top)
@@ -88,12 +84,12 @@ def _model_logprobs(logits, token_ids, num_top: int):
 
 def raw_logit(model_logits, tokens):
     """Each row's token's logit [rows] under the model's raw logits [rows, vocab]."""
-    return _take(model_logits.astype(jnp.float32), tokens)
+    return take(model_logits.astype(jnp.float32), tokens)
 
 
 def sampling_logprob_of(sampling_logits, tokens):
     """Each row's token's logprob under processed logits [rows, vocab] (-inf if masked)."""
-    return _take(log_softmax(sampling_logits), tokens)
+    return take(log_softmax(sampling_logits), tokens)
 
 
 def model_logprobs(model_logits, tokens, sampling_logprob, num_top: int) -> TokenLogprobs:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.sampling.logprobs import log_softmax
-from engine.sampling.topk import IN_BOUNDS
+from engine.sampling.gather import take
 
 _LN2 = math.log(2.0)
 
@@ -45,7 +45,7 @@ def _draw(logprobs, uniform, fallback):
     cdf = jnp.cumsum(jnp.exp(logprobs), axis=-1)
     draw = uniform.astype(jnp.float32) * cdf[:, -1]
     token = jnp.minimum(jnp.sum(cdf <= draw[:, None], axis=-1), logprobs.shape[-1] - 1)
-    chosen = jnp.take_along_axis(logprobs, token[:, None], axis=-1, mode=IN_BOUNDS)[:, 0]
+    chosen = take(logprobs, token)
     return jnp.where(jnp.isneginf(chosen), fallback, token).astype(jnp.int32)
 
 
@@ -67,7 +67,7 @@ def mirostat_step(logits, tau, eta, mu, uniform):
         truncated, top = _truncate(logits, mu)
         renormalised = log_softmax(truncated)
         tokens = _draw(renormalised, uniform, top)
-        surprise = -jnp.take_along_axis(renormalised, tokens[:, None], axis=-1, mode=IN_BOUNDS)[:, 0] / _LN2
+        surprise = -take(renormalised, tokens) / _LN2
         new_mu = jnp.where(active, mu - eta * (surprise - tau), mu)
         return tokens, new_mu, jnp.where(active[:, None], truncated, logits)
 

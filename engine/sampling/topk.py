@@ -13,10 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-# Every index the sampler gathers at lies in bounds (a top_k's, a sampled token's, a clipped
-# one's): jnp's default gather masks out-of-bounds reads, code repeated in every bucket's
-# program (and XLA's gather clamps regardless).
-IN_BOUNDS = "promise_in_bounds"
+from engine.sampling.gather import IN_BOUNDS
+
 BLOCK_BITS = 5
 BLOCK = 1 << BLOCK_BITS  # a power of two: an entry's block and place in it are a shift and a mask
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -223,16 +224,17 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
                            ffi::ResultBuffer<ffi::F32> l, ffi::ResultBuffer<ffi::F32> acc) {
   using DT = ffi::DataType;
   const DT keys = k_cache.element_type(), values = v_cache.element_type();
-  const int32_t index = layer.typed_data()[0];
-  float *m_out = m->typed_data(), *l_out = l->typed_data(), *acc_out = acc->typed_data();
-  if (keys == DT::F32 && values == DT::F32)
-    return Attend<float, float>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
-  if (keys == DT::BF16 && values == DT::BF16)
-    return Attend<uint16_t, uint16_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
-  if (keys == DT::U8 && values == DT::U8)
-    return Attend<uint8_t, uint8_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
-  if (keys == DT::BF16 && values == DT::U8)
-    return Attend<uint16_t, uint8_t>(pool, q, k_cache, v_cache, index, tables, context_lens, m_out, l_out, acc_out);
+  // Attend over element types K and V, named by null pointers of those types.
+  auto attend = [&](auto* key_type, auto* value_type) {
+    using K = std::remove_pointer_t<decltype(key_type)>;
+    using V = std::remove_pointer_t<decltype(value_type)>;
+    return Attend<K, V>(pool, q, k_cache, v_cache, layer.typed_data()[0], tables, context_lens, m->typed_data(),
+                        l->typed_data(), acc->typed_data());
+  };
+  if (keys == DT::F32 && values == DT::F32) return attend((float*)nullptr, (float*)nullptr);
+  if (keys == DT::BF16 && values == DT::BF16) return attend((uint16_t*)nullptr, (uint16_t*)nullptr);
+  if (keys == DT::U8 && values == DT::U8) return attend((uint8_t*)nullptr, (uint8_t*)nullptr);
+  if (keys == DT::BF16 && values == DT::U8) return attend((uint16_t*)nullptr, (uint8_t*)nullptr);
   return ffi::Error::InvalidArgument("flint_decode_attention: a pair of cache dtypes it does not serve");
 }
 
