@@ -2,9 +2,10 @@
 
     python tools/profile_step.py --rows 1 --context 200
     python tools/profile_step.py --rows 32 --context 256 --quantization none
+    python tools/profile_step.py --rows 4 --prompt-tokens 128
 
 It builds the runner for the embedded model (or --model), packs `rows` decode rows at a
-context of `context` tokens, times the compiled one-token step (best of --repeats), then
+context of `context` tokens (or, with --prompt-tokens, `rows` prompt chunks of that many), times the compiled one-token step (best of --repeats), then
 traces --traced more steps and prints the ops that took the most time per step. The op
 names are XLA's (a `while` is a loop: the attention's blocks, the layers' scan); the
 compiled HLO (`--hlo FILE`) says what each fusion holds. BENCHMARKS.md quotes its output.
@@ -37,6 +38,19 @@ def decode_rows(rows: int, context: int, page_size: int) -> list:
             for row in range(rows)]
 
 
+def prompt_rows(rows: int, tokens: int, page_size: int) -> list:
+    """`rows` prompt chunks of `tokens` tokens each from position 0, each over its own pages."""
+    from engine.device.runner import RowPlan
+    from engine.sampling.inputs import RowSampling
+    from engine.sampling.params import SamplingParams
+
+    pages = tokens // page_size + 1
+    sampling = RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=[], num_prompt_tokens=tokens,
+                           end_token_ids=frozenset())
+    return [RowPlan([5 + row] * tokens, 0, list(range(1 + row * pages, 1 + (row + 1) * pages)), sampling)
+            for row in range(rows)]
+
+
 def op_times(trace_dir: str, steps: int) -> list[tuple[str, float, int]]:
     """(op name, ms per step, calls per step) of every complete event in the trace."""
     trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
@@ -50,12 +64,16 @@ def op_times(trace_dir: str, steps: int) -> list[tuple[str, float, int]]:
 
 
 def parse_args() -> argparse.Namespace:
+    from engine.config import KV_CACHE_DTYPES
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None)
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--context", type=int, default=200)
     parser.add_argument("--quantization", default="auto", choices=["auto", "none", "int8"])
-    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES])
+    parser.add_argument("--prompt-tokens", type=int, default=0,
+                        help="instead of decode rows: `rows` prompt chunks of this many tokens each (a prefill step)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--traced", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
@@ -75,14 +93,18 @@ def compiled_step(args: argparse.Namespace):
     from engine.loader.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(args.model)
-    pages = args.rows * (args.context // 16 + 1) + 1
-    max_model_len = max(2 * args.context, 256)
+    context = max(args.context, args.prompt_tokens)
+    pages = args.rows * (context // 16 + 1) + 1
+    max_model_len = max(2 * context, 256)
+    tokens = args.rows * max(args.prompt_tokens, 1)
     config = EngineConfig(max_model_len=max_model_len, max_num_seqs=max(args.rows, 1),
-                          max_num_batched_tokens=max(args.rows, 64), num_pages=max(pages, 64, max_model_len // 16 + 2),
+                          max_num_batched_tokens=max(tokens, 64), num_pages=max(pages, 64, max_model_len // 16 + 2),
                           quantization=resolve_quantization(args.quantization, checkpoint.source.format),
                           kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
-    batch = runner.pack(decode_rows(args.rows, args.context, config.page_size))
+    rows = (prompt_rows(args.rows, args.prompt_tokens, config.page_size) if args.prompt_tokens
+            else decode_rows(args.rows, args.context, config.page_size))
+    batch = runner.pack(rows)
     compiled = runner.programs.compile(batch.num_tokens)
     if args.hlo:
         Path(args.hlo).write_text(compiled.as_text())
@@ -92,9 +114,10 @@ def compiled_step(args: argparse.Namespace):
         results, runner.kv_cache = compiled(runner.state, runner.kv_cache, device_batch, np.int32(1))
         jax.block_until_ready(results)
 
+    what = (f"{args.rows} prompt chunks of {args.prompt_tokens} tokens" if args.prompt_tokens
+            else f"{args.rows} decode rows at context {args.context}")
     label = (f"{checkpoint.source.id}, quantization {config.quantization}, KV cache {runner.kv_cache_dtype}, "
-             f"{args.rows} decode rows at context "
-             f"{args.context} (bucket {batch.num_tokens})")
+             f"{what} (bucket {batch.num_tokens})")
     return step, label
 
 

@@ -1,8 +1,10 @@
-"""The reference attention (reference.py) with its decode path through the native CPU kernel
+"""The reference attention (reference.py) with two parts through the native CPU kernels
 (engine/device/native): each single-token row's cached keys and values are read page by
 page where they lie, with the online softmax kept per (token, KV head), instead of being
-gathered into a copy and reduced by broadcast products. Prompt chunks (dense rows) and the
-step's own keys stay in jnp. Served for plain attention in float32 (`supports`): no window,
+gathered into a copy and reduced by broadcast products; and each token's attention to the
+step's own keys reads only its row's, where the reference scores the whole step's and masks
+the rest (a prefill bucket of four prompts: sixteen times the scores). Prompt chunks' reads
+of their cached context (dense rows) stay in jnp. Served for plain attention in float32 (`supports`): no window,
 no soft-capping, a head_dim of 32, 64, 128 or 256.
 """
 
@@ -30,5 +32,14 @@ def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, contex
     return native_ops.decode_attention(q, k_cache, v_cache, layer, tables, context_lens)
 
 
+def attend_to_step(q, k, v, positions, token_rows, first_keys, softcap=None):
+    """reference.attend_to_step's softmax state, by the kernel (plain attention only): each
+    token reads only its own row's keys, where the reference scores the whole step's."""
+    if first_keys is not None or softcap is not None:
+        raise ValueError("the native CPU attention serves no window or soft-capping (choose() gives the reference)")
+    return native_ops.step_attention(q, k, v, positions, token_rows)
+
+
 def native_cpu_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float):
-    return reference_attention(q, k, v, k_cache, v_cache, layer, batch, scale, read_cached=attend_to_cache)
+    return reference_attention(q, k, v, k_cache, v_cache, layer, batch, scale, read_cached=attend_to_cache,
+                               read_step=attend_to_step)

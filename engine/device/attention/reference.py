@@ -176,16 +176,18 @@ def attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap=Non
 
 
 def paged_attention(q, k, v, k_cache, v_cache, layer, batch, scale: float, window=None, softcap=None,
-                    read_cached=attend_to_cache):
+                    read_cached=attend_to_cache, read_step=attend_to_step):
     """Attention output [t, heads, d] for queries q [t, heads, d] and this step's k, v [t, kv, d].
 
     `window` (None: every key) may be traced, as a scan over layers gives it; `softcap` is
-    static (None: off); `read_cached` as in `attend_to_context`."""
+    static (None: off); `read_cached` as in `attend_to_context`; `read_step` the attention
+    among the step's own tokens (`attend_to_step`'s signature: the native CPU kernel
+    replaces it too)."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv = k.shape[1]
     q = (q * scale).reshape(num_tokens, num_kv, num_heads // num_kv, head_dim)
     first_keys = None if window is None else batch.positions - window + 1
     cached = attend_to_context(q, k_cache, v_cache, layer, batch, first_keys, softcap, read_cached)
-    fresh = attend_to_step(q, k, v, batch.positions, batch.token_rows, first_keys, softcap)
+    fresh = read_step(q, k, v, batch.positions, batch.token_rows, first_keys, softcap)
     _, normaliser, weighted = merge_softmax(cached, fresh)
     return (weighted / normaliser[..., None]).reshape(num_tokens, num_heads, head_dim)

@@ -37,6 +37,16 @@ def available() -> bool:
     return True
 
 
+@functools.cache
+def products_in_pairs() -> bool:
+    """Whether the build's products of many tokens run in pairs of bfloat16 (AVX512_BF16,
+    lanes_bf16.h), which outrun XLA's matmul at every count of tokens."""
+    if not available():
+        return False
+    from engine.device.native import _cpu_kernels
+    return _cpu_kernels.products_in_pairs()
+
+
 def target_names() -> tuple[str, ...]:
     """The FFI targets the library registers (none where it is not built)."""
     if not available():

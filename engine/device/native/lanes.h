@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lanes_bf16.h"
 #include "simd.h"
 #include "weight_rows.h"
 
@@ -22,22 +23,25 @@ constexpr int kTokenVectors = 2;
 constexpr int64_t kBlockTokens = kTokenVectors * kLanes;  // tokens of one tile
 constexpr int kLaneRows = kLanes == 16 ? 8 : 4;           // 16 sums of AVX-512's 32 registers, 8 of AVX2's 16
 
-// x [tokens, k] as blocks of kBlockTokens tokens, each [k, kBlockTokens], zeros past the last token.
-inline void transpose_tokens(ffi::ThreadPool& pool, const float* x, int64_t tokens, int64_t k,
+// x [tokens, k] (bfloat16) as blocks of kBlockTokens tokens, each [k, kBlockTokens] in
+// float32, zeros past the last token.
+inline void transpose_tokens(ffi::ThreadPool& pool, const uint16_t* x, int64_t tokens, int64_t k,
                              std::vector<float>& blocks) {
   const int64_t count = (tokens + kBlockTokens - 1) / kBlockTokens;
   blocks.assign(count * k * kBlockTokens, 0.0f);
   parallel_for(pool, count, [&](int64_t block) {
     float* out = blocks.data() + block * k * kBlockTokens;
     for (int64_t t = block * kBlockTokens; t < std::min(tokens, (block + 1) * kBlockTokens); ++t)
-      for (int64_t i = 0; i < k; ++i) out[i * kBlockTokens + t % kBlockTokens] = x[t * k + i];
+      for (int64_t i = 0; i < k; ++i) {
+        const uint32_t bits = uint32_t(x[t * k + i]) << 16;
+        std::memcpy(out + i * kBlockTokens + t % kBlockTokens, &bits, 4);
+      }
   });
 }
 
-// R widened rows from `row` times one block of tokens from `token` (`tokens` of them real).
+// R widened rows times one block of tokens, into `sums` [R, kBlockTokens].
 template <int R>
-void rows_by_token_block(const float* widened, int64_t k, const float* block, int64_t tokens, int64_t n,
-                         int64_t row, int64_t token, float* y) {
+void rows_by_token_block(const float* widened, int64_t k, const float* block, float* sums) {
   fvec acc[R][kTokenVectors] = {};
   for (int64_t i = 0; i < k; ++i) {
     fvec xs[kTokenVectors];
@@ -48,30 +52,36 @@ void rows_by_token_block(const float* widened, int64_t k, const float* block, in
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int64_t t = 0; t < tokens; ++t) y[(token + t) * n + row + r] = acc[r][t / kLanes][t % kLanes];
+    for (int v = 0; v < kTokenVectors; ++v) std::memcpy(sums + r * kBlockTokens + v * kLanes, &acc[r][v], sizeof(fvec));
 }
 
+// x [tokens, k] in bfloat16 times the weights: in pairs of bfloat16 where the CPU has them
+// (lanes_bf16.h), in float32 otherwise.
 template <typename Rows>
-void matmul_tokens_in_lanes(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n,
+void matmul_tokens_in_lanes(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tokens, int64_t n,
                             float* y) {
+#ifdef FLINT_LANES_IN_BFLOAT16
+  matmul_pairs(pool, w, x, tokens, n, y);
+#else
   std::vector<float> blocks;
   transpose_tokens(pool, x, tokens, w.k, blocks);
   const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
   // A chunk's rows are widened once, then each block of tokens meets every tile of them.
   parallel_for(pool, chunks, [&](int64_t chunk) {
     const int64_t first = chunk * kRowsPerChunk, rows = std::min(n, first + kRowsPerChunk) - first;
-    std::vector<float> widened(rows * w.k);
+    std::vector<float> widened(rows * w.k), sums(rows * kBlockTokens);
     widen_rows(w, first, rows, widened.data());
     for (int64_t token = 0; token < tokens; token += kBlockTokens) {
       const float* block = blocks.data() + token / kBlockTokens * w.k * kBlockTokens;
-      const int64_t here = std::min(kBlockTokens, tokens - token);
       int64_t r = 0;
       for (; r + kLaneRows <= rows; r += kLaneRows)
-        rows_by_token_block<kLaneRows>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
+        rows_by_token_block<kLaneRows>(widened.data() + r * w.k, w.k, block, sums.data() + r * kBlockTokens);
       for (; r < rows; r += kRowTile)  // whole register tiles of rows (check_shapes)
-        rows_by_token_block<kRowTile>(widened.data() + r * w.k, w.k, block, here, n, first + r, token, y);
+        rows_by_token_block<kRowTile>(widened.data() + r * w.k, w.k, block, sums.data() + r * kBlockTokens);
+      scatter_sums(sums.data(), kBlockTokens, rows, std::min(kBlockTokens, tokens - token), n, first, token, y);
     }
   });
+#endif
 }
 
 }  // namespace flint

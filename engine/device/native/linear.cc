@@ -5,8 +5,10 @@
 // (about half of a one-token step on jax 0.11). This product widens them in registers and
 // reads a layer of the stacked weights in place, at the scan's traced index; the same code
 // serves a bfloat16 head. The jnp code it replaces stays the reference:
-// tests/engine/test_native_cpu.py compares the two. Here: one token, and register tiles of a
-// few; the weights' rows are weight_rows.h, more tokens than SIMD lanes lanes.h.
+// tests/engine/test_native_cpu.py compares the two. The inputs come in bfloat16 at every count
+// of tokens, so that a row's product does not depend on how many rows share the call (past
+// 16, the pairs of bfloat16 in lanes_bf16.h take them so). Here: one token, and register
+// tiles of a few; the weights' rows are weight_rows.h, more tokens than SIMD lanes lanes.h.
 
 #include <algorithm>
 #include <cstdint>
@@ -169,20 +171,30 @@ void rows_times_tokens(const Rows& w, const float* x, int64_t tokens, int64_t n,
   }
 }
 
+// x [tokens, k] (bfloat16) times the weights into y [tokens, n] (float32).
 template <typename Rows>
-void matmul(ffi::ThreadPool& pool, const Rows& w, const float* x, int64_t tokens, int64_t n, float* y) {
+void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tokens, int64_t n, float* y) {
   if (tokens > kLanes) {
     matmul_tokens_in_lanes(pool, w, x, tokens, n, y);
     return;
+  }
+  // The tiles below read each input for many rows: widened once here.
+  std::vector<float> inputs(tokens * w.k);
+  for (int64_t i = 0; i < tokens * w.k; i += kLanes) {
+    const fvec input = widen(x + i);
+    std::memcpy(inputs.data() + i, &input, sizeof input);
   }
   const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
   parallel_for(pool, chunks, [&](int64_t chunk) {
     std::vector<float> buffer;
     const int64_t end = std::min(n, (chunk + 1) * kRowsPerChunk);
     for (int64_t row = chunk * kRowsPerChunk; row < end; row += kRowTile)
-      rows_times_tokens(w, x, tokens, n, row, y, buffer);
+      rows_times_tokens(w, inputs.data(), tokens, n, row, y, buffer);
   });
 }
+
+// The inputs' bfloat16 bits.
+const uint16_t* input_bits(const ffi::Buffer<ffi::BF16>& x) { return reinterpret_cast<const uint16_t*>(x.typed_data()); }
 
 ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
   if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
@@ -191,7 +203,7 @@ ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
   return ffi::Error::Success();
 }
 
-ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> values,
+ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
                       ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
   auto scale_dims = scales.dimensions();
@@ -205,11 +217,11 @@ ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   // which `layer` is read in place (a scan over layers would otherwise copy each one out).
   const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
   Int8Rows w{values.typed_data() + index * n * k, scales.typed_data() + index * n * groups, k, group};
-  matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
+  matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
   return ffi::Error::Success();
 }
 
-ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> values,
+ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::BF16> values,
                       ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
@@ -217,16 +229,26 @@ ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
   const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
   Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
-  matmul(pool, w, x.typed_data(), tokens, n, y->typed_data());
+  matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
   return ffi::Error::Success();
 }
 
 }  // namespace
 
+// Whether products of many tokens run in pairs of bfloat16 here (lanes_bf16.h): then they
+// outrun XLA's matmul at every count (module.cc `products_in_pairs`).
+extern "C" int FlintProductsInPairs() {
+#ifdef FLINT_LANES_IN_BFLOAT16
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
@@ -235,7 +257,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearBf16, LinearBf16,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -4,7 +4,8 @@
   bfloat16, of a stack of layers read at a traced `layer` in place. A scan over the layers
   passes the whole stack and the index, where slicing a layer out would copy it.
 - `decode_attention`: each token's softmax state over its cached keys, read page by page
-  where they lie (engine/device/attention/native_cpu.py merges it with the step's keys).
+  where they lie (engine/device/attention/native_cpu.py merges it with the step's keys);
+- `step_attention`: each token's softmax state over the step's own keys of its row.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from engine.device.weights import Int8Weight
 
 LANES = 16  # the widest SIMD the library may be built for: every vectorized width is a multiple
 ROW_TILE = 4  # output rows per register tile
-# The most tokens a layer's product goes through the kernel for. Up to 16 it is bound by
-# reading the weights, which the kernel does in place and at the memory's rate; at 32 (a step
-# of 32 decodes) its tokens-across-the-lanes tiles match XLA's matmul and save the widening
-# XLA does first (a 32-row step of SmolLM2 97-101 -> 91 ms); from 64 XLA's blocked matmul on
-# the widened layer is faster (BENCHMARKS.md, issue 27).
+# The most tokens a layer's product goes through the kernel for where its products of many
+# tokens run in float32 (a CPU without AVX512_BF16). Up to 16 it is bound by reading the
+# weights, which the kernel does in place and at the memory's rate; at 32 (a step of 32
+# decodes) its tokens-across-the-lanes tiles match XLA's matmul and save the widening XLA
+# does first (a 32-row step of SmolLM2 97-101 -> 91 ms); from 64 XLA's blocked matmul on the
+# widened layer is faster. In pairs of bfloat16 the kernel is faster at every count
+# (BENCHMARKS.md, issue 27), and takes them all.
 MOST_TOKENS = 32
 
 
@@ -64,9 +67,13 @@ def at_layer(weight, layer, every_count: bool = False) -> NativeWeight:
 
 
 def takes(tokens: int, weight: NativeWeight) -> bool:
-    """Whether a product of `tokens` rows goes through the kernel: int8 up to MOST_TOKENS;
-    a bfloat16 weight and the head always, as XLA would first widen all of it to float32."""
-    return weight.every_count or weight.scales is None or tokens <= MOST_TOKENS
+    """Whether a product of `tokens` rows goes through the kernel: int8 up to MOST_TOKENS,
+    or at every count where the build has products in pairs of bfloat16; a bfloat16 weight
+    and the head always, as XLA would first widen all of it to float32."""
+    from engine.device import native
+
+    return (weight.every_count or weight.scales is None or tokens <= MOST_TOKENS
+            or native.products_in_pairs())
 
 
 def sliced(weight: NativeWeight) -> Int8Weight:
@@ -84,10 +91,13 @@ def registered() -> None:
 
 
 def linear(x, weight: NativeWeight):
-    """x [tokens, in] times the weight's matrix, in float32 [tokens, out]."""
+    """x [tokens, in], rounded to bfloat16, times the weight's matrix, exactly, in float32
+    [tokens, out]. The kernel's products of many tokens take pairs of bfloat16 inputs
+    (lanes_bf16.h: twice float32's products an instruction); every count of tokens takes
+    them so, and a row's product does not depend on what shares the call."""
     registered()
     out = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
-    x = x.astype(jnp.float32)
+    x = x.astype(jnp.bfloat16)
     if weight.scales is None:
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
     return jax.ffi.ffi_call("flint_linear_int8", out)(x, weight.values, weight.scales, weight.layer)
@@ -113,6 +123,19 @@ def decode_attention(q, k_cache, v_cache, layer, tables, context_lens):
     return jax.ffi.ffi_call("flint_decode_attention", (stats, stats, weighted))(
         q.astype(jnp.float32), k_cache, v_cache, jnp.asarray(layer, jnp.int32), tables.astype(jnp.int32),
         context_lens.astype(jnp.int32))
+
+
+def step_attention(q, k, v, positions, token_rows):
+    """Softmax state (max, normaliser, weighted values) of queries q [t, kv, group, d],
+    already scaled, over the step's own keys k and values v [t, kv, d]: each token's row's
+    tokens at positions up to its own (a row's tokens lie in one run of consecutive
+    positions, as the runner packs them)."""
+    registered()
+    stats = jax.ShapeDtypeStruct(q.shape[:3], jnp.float32)
+    weighted = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    return jax.ffi.ffi_call("flint_step_attention", (stats, stats, weighted))(
+        q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), positions.astype(jnp.int32),
+        token_rows.astype(jnp.int32))
 
 
 def zeros(shape: tuple[int, ...], dtype) -> jax.Array:

@@ -48,4 +48,15 @@ void widen_rows(const Rows& w, int64_t row, int64_t rows, float* buffer) {
     }
 }
 
+// A block's sums [rows, block_tokens], rows from `row` and the first `tokens` tokens from
+// `token`, into y [tokens, n]: a token's rows lie side by side in y, so each token's are
+// written as one run. (Written from the registers a row at a time, token after token, the
+// stores went n floats apart: at n = 3072, a multiple of 4 KiB, all into one set of the L1
+// cache, which cost a third of a product's time.)
+inline void scatter_sums(const float* sums, int64_t block_tokens, int64_t rows, int64_t tokens, int64_t n,
+                         int64_t row, int64_t token, float* y) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) y[(token + t) * n + row + r] = sums[r * block_tokens + t];
+}
+
 }  // namespace flint
