@@ -35,7 +35,7 @@ def linear(x, weight):
     if isinstance(weight, native_ops.NativeWeight):
         if native_ops.takes(x.shape[0], weight):
             return native_ops.linear(x, weight).astype(x.dtype)
-        weight = native_ops.sliced(weight)
+        x, weight = native_ops.rounded_inputs(x), native_ops.sliced(weight)
     if isinstance(weight, Int8Weight):
         weight = dequantize(weight, x.dtype)  # widened inside the product
     if x.shape[0] == 1:

@@ -93,6 +93,17 @@ def test_a_row_s_product_does_not_depend_on_the_rows_beside_it():
         np.testing.assert_allclose(np.asarray(ops.linear(x[:tokens], weight)), among_40[:tokens], rtol=1e-5, atol=1e-5)
 
 
+def test_without_pairs_xla_s_products_round_their_inputs_as_the_kernel_does(monkeypatch):
+    """A build without AVX512_BF16 leaves products of more than MOST_TOKENS to XLA: they take
+    their inputs rounded to bfloat16 too, so a row gets the kernel's product either way."""
+    monkeypatch.setattr(native, "products_in_pairs", lambda: False)
+    weight = ops.at_layer(quantize_int8(jnp.asarray(random_matrix((1, 64, 576), seed=9))), 0)
+    x = jnp.asarray(random_matrix((40, 576), seed=10))
+    assert not ops.takes(40, weight)
+    through_xla = np.asarray(jax.jit(layers.linear)(x, weight))
+    np.testing.assert_allclose(through_xla[:16], np.asarray(ops.linear(x[:16], weight)), rtol=1e-5, atol=1e-4)
+
+
 def test_products_of_many_tokens_go_through_the_kernel_where_it_has_pairs():
     weight = ops.at_layer(quantize_int8(jnp.zeros((2, 8, 128))), 0)
     assert ops.takes(ops.MOST_TOKENS, weight)

@@ -76,6 +76,14 @@ def takes(tokens: int, weight: NativeWeight) -> bool:
             or native.products_in_pairs())
 
 
+def rounded_inputs(x):
+    """x rounded to bfloat16, kept in its dtype: what the kernel's products take, for the
+    products XLA runs instead (`takes` false), so that a row's product does not depend on the
+    count of tokens that decides which. (reduce_precision: a convert there and back may be
+    dropped by XLA, which allows excess precision.)"""
+    return jax.lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
+
+
 def sliced(weight: NativeWeight) -> Int8Weight:
     """The int8 layer's matrix out of the stack, for XLA (a bfloat16 weight never leaves the
     kernel: `takes`)."""
