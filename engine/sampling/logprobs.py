@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from engine.sampling.argmax import argmax
 from engine.sampling.gather import take
 from engine.sampling.topk import top_k
 
@@ -117,7 +118,7 @@ def prompt_logprobs(logits, next_token_ids, num_top: int) -> PromptLogprobs:
     alternatives, in descending order. The caller drops padding positions."""
     logprob, rank, top_ids, top_logprobs = _model_logprobs(logits, next_token_ids, num_top)
     # lm-eval compares with the argmax (first index on ties), so do the same.
-    is_greedy = jnp.argmax(logits, axis=-1) == next_token_ids
+    is_greedy = argmax(logits) == next_token_ids
     return PromptLogprobs(logprob=logprob, is_greedy=is_greedy, rank=rank,
                           top_ids=top_ids, top_logprobs=top_logprobs)
 

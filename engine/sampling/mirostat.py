@@ -17,6 +17,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from engine.sampling.argmax import argmax
 from engine.sampling.logprobs import log_softmax
 from engine.sampling.gather import take
 
@@ -31,7 +32,7 @@ def initial_mu(tau):
 def _truncate(logits, mu):
     """Logits with -inf where surprise exceeds mu [rows]; the top token is always kept."""
     surprise = -log_softmax(logits) / _LN2  # bits
-    top = jnp.argmax(logits, axis=-1)
+    top = argmax(logits)
     is_top = jnp.arange(logits.shape[-1])[None, :] == top[:, None]
     keep = (surprise <= mu[:, None]) | is_top
     return jnp.where(keep, logits, -jnp.inf), top

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from engine.sampling.argmax import argmax
 from engine.sampling.arrays import SamplingArrays
 from engine.sampling.beams import BeamCandidates, candidates_for, is_beam_row, no_beam_candidates
 from engine.sampling.candidates import narrow_draw
@@ -119,7 +120,7 @@ _ONE_ROW_RESULTS: dict = {}  # result_shape's single-row shapes, by the inputs' 
 def sample(logits, arrays: SamplingArrays) -> SampleResult:
     """Next tokens for float32 logits [rows, vocab], with their logprobs and Mirostat state."""
     processed = processed_logits(logits, arrays)
-    greedy = jnp.argmax(processed, axis=-1).astype(jnp.int32)
+    greedy = argmax(processed)
     stochastic = arrays.temperature > 0
     # Beam rows take the draw's full path too, whatever their temperature: their
     # candidates come from its truncated logits.
