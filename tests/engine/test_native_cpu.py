@@ -109,7 +109,7 @@ def test_products_of_many_tokens_go_through_the_kernel_where_it_has_pairs():
     assert ops.takes(ops.MOST_TOKENS, weight)
     assert ops.takes(512, weight) == native.products_in_pairs()
     # Built for this machine (setup.py's default), the pairs are there where the CPU has them.
-    if os.environ.get("FLINT_NATIVE_MARCH", "native") == "native":
+    if os.environ.get("FLINT_NATIVE_MARCH", "native") == "native" and os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as cpuinfo:
             assert native.products_in_pairs() == (" avx512_bf16" in cpuinfo.read())
 

@@ -1,4 +1,5 @@
-// The native product for more tokens than SIMD lanes (linear.cc's `matmul` calls it).
+// The native product for more tokens than SIMD lanes (linear.cc's `matmul` calls it): in
+// float32 here, in pairs of bfloat16 where the CPU has AVX512_BF16 (lanes_bf16.h).
 
 #pragma once
 
