@@ -192,12 +192,12 @@ def decode_step(runner, rows: int, context: int, num_steps: int = 1):
     holds pages."""
     import jax
     import numpy as np
-    from profile_step import decode_rows
+    from profile_step import greedy_rows
 
     from engine.device.sharding import replicated
 
     compiled = runner.programs.compile(runner.config.token_bucket(rows))  # before pack, which takes compiled buckets
-    batch = runner.pack(decode_rows(rows, context, runner.config.page_size))
+    batch = runner.pack(greedy_rows(rows, context, 1, runner.config.page_size))
     device_batch = jax.device_put(batch, replicated(runner.mesh))
 
     def step():

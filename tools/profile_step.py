@@ -25,29 +25,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def decode_rows(rows: int, context: int, page_size: int) -> list:
-    """`rows` greedy decode rows, each one token at position `context` over its own pages."""
+def greedy_rows(rows: int, start: int, new: int, page_size: int) -> list:
+    """`rows` greedy rows, each computing `new` tokens from position `start` over its own pages:
+    decode rows (one token after a context of `start`) or prompt chunks (from position 0)."""
     from engine.device.runner import RowPlan
     from engine.sampling.inputs import RowSampling
     from engine.sampling.params import SamplingParams
 
-    pages = context // page_size + 1
-    sampling = RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=[1] * context,
-                           num_prompt_tokens=context, end_token_ids=frozenset())
-    return [RowPlan([5], context, list(range(1 + row * pages, 1 + (row + 1) * pages)), sampling)
-            for row in range(rows)]
-
-
-def prompt_rows(rows: int, tokens: int, page_size: int) -> list:
-    """`rows` prompt chunks of `tokens` tokens each from position 0, each over its own pages."""
-    from engine.device.runner import RowPlan
-    from engine.sampling.inputs import RowSampling
-    from engine.sampling.params import SamplingParams
-
-    pages = tokens // page_size + 1
-    sampling = RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=[], num_prompt_tokens=tokens,
-                           end_token_ids=frozenset())
-    return [RowPlan([5 + row] * tokens, 0, list(range(1 + row * pages, 1 + (row + 1) * pages)), sampling)
+    pages = (start + new - 1) // page_size + 1
+    sampling = RowSampling(params=SamplingParams(temperature=0.0), seed=0, token_ids=[1] * start,
+                           num_prompt_tokens=start, end_token_ids=frozenset())
+    return [RowPlan([5 + row] * new, start, list(range(1 + row * pages, 1 + (row + 1) * pages)), sampling)
             for row in range(rows)]
 
 
@@ -102,8 +90,8 @@ def compiled_step(args: argparse.Namespace):
                           quantization=resolve_quantization(args.quantization, checkpoint.source.format),
                           kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
-    rows = (prompt_rows(args.rows, args.prompt_tokens, config.page_size) if args.prompt_tokens
-            else decode_rows(args.rows, args.context, config.page_size))
+    rows = (greedy_rows(args.rows, 0, args.prompt_tokens, config.page_size) if args.prompt_tokens
+            else greedy_rows(args.rows, args.context, 1, config.page_size))
     batch = runner.pack(rows)
     compiled = runner.programs.compile(batch.num_tokens)
     if args.hlo:

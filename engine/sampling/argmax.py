@@ -13,6 +13,8 @@ import math
 
 import jax.numpy as jnp
 
+from engine.sampling.gather import IN_BOUNDS
+
 BLOCK = 128
 
 
@@ -25,5 +27,5 @@ def argmax(values):
         return jnp.argmax(values, axis=-1).astype(jnp.int32)
     blocks = values.reshape(rows, n // block, block)
     best_block = jnp.argmax(blocks.max(axis=-1), axis=-1)
-    inside = jnp.take_along_axis(blocks, best_block[:, None, None], axis=1, mode="promise_in_bounds")[:, 0]
+    inside = jnp.take_along_axis(blocks, best_block[:, None, None], axis=1, mode=IN_BOUNDS)[:, 0]
     return (best_block * block + jnp.argmax(inside, axis=-1)).astype(jnp.int32)

@@ -24,10 +24,15 @@ def supports(dtype, head_dim: int, page_size: int) -> bool:
     return jnp.dtype(dtype) == jnp.float32 and head_dim in HEAD_DIMS and page_size <= MAX_PAGE_SIZE
 
 
-def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, context_lens, first_keys, softcap=None):
-    """reference.attend_to_cache's softmax state, by the kernel (plain attention only)."""
+def plain_only(first_keys, softcap) -> None:
+    """The kernels serve plain attention: no window (`first_keys`), no soft-capping."""
     if first_keys is not None or softcap is not None:
         raise ValueError("the native CPU attention serves no window or soft-capping (choose() gives the reference)")
+
+
+def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, context_lens, first_keys, softcap=None):
+    """reference.attend_to_cache's softmax state, by the kernel (plain attention only)."""
+    plain_only(first_keys, softcap)
     tables = block_tables[jnp.maximum(token_rows, 0)]  # padding tokens read row 0, at a context of 0
     return native_ops.decode_attention(q, k_cache, v_cache, layer, tables, context_lens)
 
@@ -35,8 +40,7 @@ def attend_to_cache(q, k_cache, v_cache, layer, block_tables, token_rows, contex
 def attend_to_step(q, k, v, positions, token_rows, first_keys, softcap=None):
     """reference.attend_to_step's softmax state, by the kernel (plain attention only): each
     token reads only its own row's keys, where the reference scores the whole step's."""
-    if first_keys is not None or softcap is not None:
-        raise ValueError("the native CPU attention serves no window or soft-capping (choose() gives the reference)")
+    plain_only(first_keys, softcap)
     return native_ops.step_attention(q, k, v, positions, token_rows)
 
 
