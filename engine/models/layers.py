@@ -32,10 +32,8 @@ from engine.device.weights import Int8Weight, dequantize
 def linear(x, weight):
     """x [t, in] times a weight stored [out, in] (float, Int8Weight, or a NativeWeight the
     native CPU kernel reads in place)."""
-    if isinstance(weight, native_ops.NativeWeight):
-        if native_ops.takes(x.shape[0], weight):
-            return native_ops.linear(x, weight).astype(x.dtype)
-        x, weight = native_ops.rounded_inputs(x), native_ops.sliced(weight)
+    if isinstance(weight, native_ops.NativeWeight):  # every count of tokens: one order of sums
+        return native_ops.linear(x, weight).astype(x.dtype)
     if isinstance(weight, Int8Weight):
         weight = dequantize(weight, x.dtype)  # widened inside the product
     if x.shape[0] == 1:
@@ -58,8 +56,24 @@ def materialized(x):
 
 def rms_norm(x, weight, eps: float):
     x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    mean_square = ordered_sum(x32 * x32)[..., None] / x.shape[-1]
+    normed = x32 * jax.lax.rsqrt(mean_square + eps)
     return (normed * weight).astype(x.dtype)
+
+
+def ordered_sum(x):
+    """The sum over x's last axis in one order for every row: halves added pairwise, as
+    elementwise adds of slices (zeros pad it to a power of two). XLA's own reduction over
+    a row of 576 sums in an order that depends on how many rows the array has and where
+    the row lies among them, so a row's norm moved in its last bit with the batch, and
+    inputs rounded to bfloat16 after it turned that into a step of 2^-8
+    (tests/engine/test_batch_invariance.py)."""
+    width = x.shape[-1]
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, (1 << (width - 1).bit_length()) - width)])
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x[..., 0]
 
 
 def llama3_scaled(inv_freq, scaling: RopeScaling):

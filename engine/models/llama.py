@@ -167,7 +167,7 @@ class Llama(Decoder):
     def logits(self, hidden):
         head = self.state.get("lm_head", self.state["embed"])
         if self.native_linear and native_ops.serves(head):
-            head = native_ops.at_layer(head, 0, every_count=True)
+            head = native_ops.at_layer(head, 0)
         return linear(hidden, head).astype(jnp.float32)
 
 

@@ -27,10 +27,11 @@ from numpy_reference import served_head
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device import native
+from engine.device import attention
 from engine.device.attention import NATIVE_CPU, REFERENCE, choose
 from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.reference import paged_attention
-from engine.device.kv_cache import storage_dtype, stored
+from engine.device.kv_cache import readable, storage_dtype, stored
 from engine.device.native import ops
 from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, group_size, quantize_int8
 from engine.models import layers, llama
@@ -52,25 +53,34 @@ def in_bfloat16(x):
     return x.astype(jnp.bfloat16).astype(jnp.float32)
 
 
+def widened(weight: Int8Weight, layer: int):
+    """Layer `layer` of an int8 stack as the kernel widens it: each value times its group's
+    scale, rounded to bfloat16 where the products run in pairs of it (blocks.h)."""
+    matrix = dequantize(Int8Weight(weight.values[layer], weight.scales[layer]))
+    return in_bfloat16(matrix) if native.products_in_pairs() else matrix
+
+
+def products_path() -> str:
+    """Which products this build runs, for the tests' own words: pairs of bfloat16
+    (AVX512_BF16) or float32 multiply-adds."""
+    return "pairs of bfloat16" if native.products_in_pairs() else "float32"
+
+
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 17, 32, 33])
-@pytest.mark.parametrize("out,width,group", [(96, 64, 64), (40, 192, 64), (12, 576, 64), (8, 80, 64),
+@pytest.mark.parametrize("out,width,group", [(96, 64, 64), (40, 192, 64), (12, 576, 64), (8, 160, 64),
                                              (12, 576, HEAD_GROUP_SIZE), (8, 96, HEAD_GROUP_SIZE)])
 def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
-    # One token to 33: one token reads each row whole in turn (with four sums a row, and a
-    # group of 80 inputs ends in a partial step; groups of 32, the head's, are summed four
-    # groups at a time, 18 of them ending in two left over, 3 in three); a register tile of
-    # 2 to 4 tokens widens in registers; 5 to 16 tokens widen each tile of rows once into a
-    # buffer, with a partial tile at the end; from 17 the tokens lie across the lanes in
-    # blocks of 32 (one partly filled, one full, a full one and one of a single token), over
-    # tiles of 8 rows and, where 8 do not divide them, a last tile of 4 (12 rows). The
-    # inputs are rounded to bfloat16 at every count, the weights exact.
+    # One token to 33: up to 4 tokens a row at a time, widened in registers (partial token
+    # tiles of 2 and 3); from 5 a chunk's rows widened once into a buffer and met by tiles of
+    # 4 tokens, the last partial. A width of 160 in groups of 64 is one group of 160.
     weight = quantize_int8(jnp.asarray(random_matrix((3, out, width), seed=out)), group)
     assert weight.scales.shape[-1] == width // group_size(width, group)
     x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
     for layer in range(3):
-        expected = in_bfloat16(x) @ dequantize(Int8Weight(weight.values[layer], weight.scales[layer])).T
+        expected = in_bfloat16(x) @ widened(weight, layer).T
         got = ops.linear(x, ops.at_layer(weight, layer))
-        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4,
+                                   err_msg=products_path())
 
 
 @pytest.mark.parametrize("tokens", [1, 6, 40])
@@ -79,39 +89,41 @@ def test_bfloat16_product_matches_the_widened_weights(tokens):
     x = jnp.asarray(random_matrix((tokens, 128), seed=2))
     expected = in_bfloat16(x) @ weight.astype(jnp.float32).T
     got = ops.linear(x, ops.at_layer(weight, 0))
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4, err_msg=products_path())
 
 
-def test_a_row_s_product_does_not_depend_on_the_rows_beside_it():
-    """Every count of tokens takes its inputs in bfloat16, the pairs' tiles (past 16) and the
-    float32 ones alike: a row's product alone, in a register tile, or among 40 agrees but for
-    the order of float32 sums."""
-    weight = ops.at_layer(quantize_int8(jnp.asarray(random_matrix((1, 64, 576), seed=7))), 0)
-    x = jnp.asarray(random_matrix((40, 576), seed=8))
-    among_40 = np.asarray(ops.linear(x, weight))
-    for tokens in (1, 3, 16, 17, 33):
-        np.testing.assert_allclose(np.asarray(ops.linear(x[:tokens], weight)), among_40[:tokens], rtol=1e-5, atol=1e-5)
+def rows_among_others(rows, tokens: int, seed: int):
+    """`rows` [r, in] placed at scattered places among `tokens` random others: (x, where)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, rows.shape[1])).astype(np.float32)
+    where = rng.choice(tokens, size=min(len(rows), tokens), replace=False)
+    x[where] = rows[:len(where)]
+    return jnp.asarray(x), where
 
 
-def test_without_pairs_xla_s_products_round_their_inputs_as_the_kernel_does(monkeypatch):
-    """A build without AVX512_BF16 leaves products of more than MOST_TOKENS to XLA: they take
-    their inputs rounded to bfloat16 too, so a row gets the kernel's product either way."""
-    monkeypatch.setattr(native, "products_in_pairs", lambda: False)
-    weight = ops.at_layer(quantize_int8(jnp.asarray(random_matrix((1, 64, 576), seed=9))), 0)
-    x = jnp.asarray(random_matrix((40, 576), seed=10))
-    assert not ops.takes(40, weight)
-    through_xla = np.asarray(jax.jit(layers.linear)(x, weight))
-    np.testing.assert_allclose(through_xla[:16], np.asarray(ops.linear(x[:16], weight)), rtol=1e-5, atol=1e-4)
+@pytest.mark.parametrize("kind", ["int8", "bfloat16", "int8 head"])
+def test_a_row_s_product_is_the_same_bits_at_every_count_of_tokens(kind):
+    """One order of sums for every output (blocks.h): a row's product alone is bit for bit
+    its product among 1 to 64 tokens, at any place among them, through every tile."""
+    width = 576
+    matrix = jnp.asarray(random_matrix((2, 68, width), seed=7))
+    weight = {"int8": quantize_int8(matrix), "bfloat16": matrix[0].astype(jnp.bfloat16),
+              "int8 head": quantize_int8(matrix, HEAD_GROUP_SIZE)}[kind]
+    native_weight = ops.at_layer(weight, 1 if kind == "int8" else 0)
+    rows = random_matrix((3, width), seed=8)
+    alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
+    for tokens in range(1, 65):
+        x, where = rows_among_others(rows, tokens, seed=tokens)
+        got = np.asarray(ops.linear(x, native_weight))[where]
+        assert (got == alone[:len(where)]).all(), f"{kind}, {tokens} tokens, {products_path()}"
 
 
-def test_products_of_many_tokens_go_through_the_kernel_where_it_has_pairs():
-    weight = ops.at_layer(quantize_int8(jnp.zeros((2, 8, 128))), 0)
-    assert ops.takes(ops.MOST_TOKENS, weight)
-    assert ops.takes(512, weight) == native.products_in_pairs()
+def test_products_run_in_pairs_where_the_cpu_has_them():
     # Built for this machine (setup.py's default), the pairs are there where the CPU has them.
-    if os.environ.get("FLINT_NATIVE_MARCH", "native") == "native" and os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as cpuinfo:
-            assert native.products_in_pairs() == (" avx512_bf16" in cpuinfo.read())
+    if os.environ.get("FLINT_NATIVE_MARCH", "native") != "native" or not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("built for another CPU than this one, or no /proc/cpuinfo to read it from")
+    with open("/proc/cpuinfo") as cpuinfo:
+        assert native.products_in_pairs() == (" avx512_bf16" in cpuinfo.read())
 
 
 def test_a_scan_reads_each_layer_of_the_stack():
@@ -124,14 +136,14 @@ def test_a_scan_reads_each_layer_of_the_stack():
 
     _, per_layer = jax.jit(lambda: jax.lax.scan(body, None, jnp.arange(4)))()
     for layer in range(4):
-        expected = in_bfloat16(x) @ dequantize(Int8Weight(weight.values[layer], weight.scales[layer])).T
+        expected = in_bfloat16(x) @ widened(weight, layer).T
         np.testing.assert_allclose(np.asarray(per_layer[layer]), np.asarray(expected), rtol=1e-5, atol=1e-4)
 
 
 def test_the_kernel_serves_whole_tiles_only():
     assert ops.serves(quantize_int8(jnp.zeros((2, 8, 128))))
     assert not ops.serves(quantize_int8(jnp.zeros((2, 6, 128))))  # rows not a whole register tile
-    assert not ops.serves(quantize_int8(jnp.zeros((2, 8, 40))))  # a width of no whole SIMD vectors
+    assert not ops.serves(quantize_int8(jnp.zeros((2, 8, 48))))  # a width of no whole blocks (32)
     assert not ops.serves(jnp.zeros((8, 128), jnp.float32))  # float32 weights stay with XLA
 
 
@@ -144,9 +156,13 @@ def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, n
     num_tokens = num_tokens or 1 << (sum(new for _, new in rows) - 1).bit_length()
     step = make_step(rows, num_heads=num_heads, num_kv=num_kv, head_dim=head_dim, page_size=page_size,
                      num_tokens=num_tokens, num_rows=num_rows or len(rows), dtype=np.float32, seed=seed)
-    operands = [jnp.asarray(a) for a in (step.q, step.k, step.v)]
-    operands += [stored(jnp.asarray(step.k_cache), storage_dtype(key_dtype)),
-                 stored(jnp.asarray(step.v_cache), storage_dtype(value_dtype))]
+    k_cache = stored(jnp.asarray(step.k_cache), storage_dtype(key_dtype))
+    v_cache = stored(jnp.asarray(step.v_cache), storage_dtype(value_dtype))
+    # The cache holds the step's keys, as the model writes them before its attention; the
+    # reference takes them as the cache holds them (the kernel reads them from there).
+    k, v = (readable(stored(jnp.asarray(a), storage_dtype(dtype))).astype(jnp.float32)
+            for a, dtype in ((step.k, key_dtype), (step.v, value_dtype)))
+    operands = [jnp.asarray(step.q), k, v, k_cache, v_cache]
     got = np.asarray(native_cpu_attention(*operands, step.layer, step.batch, SCALE))
     expected = np.asarray(paged_attention(*operands, step.layer, step.batch, SCALE))
     real = step.batch.token_rows >= 0
@@ -156,6 +172,36 @@ def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, n
 
 # float32, bfloat16 and float8 caches, and keys in bfloat16 with values in float8 (auto's).
 CACHE_DTYPES = ["float32", "bfloat16", "float8_e4m3fn", ("bfloat16", "float8_e4m3fn")]
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
+@pytest.mark.parametrize("page_size", [8, 16, 32])
+def test_a_token_s_attention_is_the_same_bits_whatever_shares_the_step(page_size, cache_dtype):
+    """A token's attention reads only its own query, its row's pages and its position: alone,
+    or among up to 64 tokens of other rows and positions (padding among them), at any place
+    in the step, it is the same bits."""
+    key_dtype, value_dtype = cache_dtype if isinstance(cache_dtype, tuple) else (cache_dtype, cache_dtype)
+    rng = np.random.default_rng(page_size)
+    num_pages, pages_per_row, num_kv, group, head_dim = 40, 8, 2, 3, 64
+    shape = (2, num_pages, page_size, num_kv, head_dim)
+    k_cache = stored(jnp.asarray(rng.standard_normal(shape), jnp.float32), storage_dtype(key_dtype))
+    v_cache = stored(jnp.asarray(rng.standard_normal(shape), jnp.float32), storage_dtype(value_dtype))
+    tables = rng.integers(1, num_pages, (70, pages_per_row)).astype(np.int32)
+    keys = rng.integers(0, pages_per_row * page_size + 1, 70).astype(np.int32)  # 0: padding
+    q = rng.standard_normal((70, num_kv, group, head_dim)).astype(np.float32)
+
+    def attention(index):
+        return [np.asarray(part) for part in ops.decode_attention(
+            jnp.asarray(q[index]), k_cache, v_cache, 1, jnp.asarray(tables[index]), jnp.asarray(keys[index]))]
+
+    alone = [attention(np.array([token])) for token in range(3)]
+    for count in (1, 2, 7, 16, 33, 64):
+        others = rng.choice(np.arange(3, 70), size=count - 1, replace=False)
+        index = rng.permutation(np.concatenate([others, [count % 3]]))
+        at = int(np.flatnonzero(index == count % 3)[0])
+        got = attention(index)
+        for part, expected in zip(got, alone[count % 3]):
+            assert (part[at] == expected[0]).all(), f"among {count} tokens, {cache_dtype}, pages of {page_size}"
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
@@ -194,7 +240,9 @@ def test_prompt_chunks_among_the_step_s_own_keys(num_heads, num_kv, head_dim):
 def test_a_model_on_the_kernels_matches_the_model_on_jnp(monkeypatch):
     """Through ModelRunner, int8: a prompt in two chunks, then a decode. The kernels keep the
     tied embedding and head in int8 with a scale per 32 inputs, so jnp gets the same values,
-    rounded; the kernels' products take their inputs in bfloat16, so jnp's do here too."""
+    rounded; the kernels' products take their inputs (and, in pairs, their scaled weights)
+    in bfloat16, and their attention reads the step's keys from the cache, so jnp's do here
+    too."""
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=192, num_layers=3, num_heads=4,
                          num_kv_heads=2, head_dim=32)
     params = random_params(config, seed=3)
@@ -206,9 +254,20 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp(monkeypatch):
     # asked for the same.
     assert runner.kv_cache_dtype == "float8_values"
     assert (runner.kv_cache.k.dtype, runner.kv_cache.v.dtype) == (jnp.bfloat16, jnp.uint8)  # float8's bytes
-    float_inputs = layers.linear
+    float_linear, float_attention = layers.linear, attention.reference_attention
+
+    def rounded_linear(x, weight):
+        if isinstance(weight, Int8Weight) and native.products_in_pairs():
+            weight = in_bfloat16(dequantize(weight))
+        return float_linear(in_bfloat16(x).astype(x.dtype), weight)
+
+    def attention_on_cached_keys(q, k, v, k_cache, v_cache, *rest, **features):
+        k, v = (readable(stored(a, cache.dtype)).astype(a.dtype) for a, cache in ((k, k_cache), (v, v_cache)))
+        return float_attention(q, k, v, k_cache, v_cache, *rest, **features)
+
     for module in (layers, llama):
-        monkeypatch.setattr(module, "linear", lambda x, weight: float_inputs(in_bfloat16(x).astype(x.dtype), weight))
+        monkeypatch.setattr(module, "linear", rounded_linear)
+    monkeypatch.setattr(attention, "reference_attention", attention_on_cached_keys)
     jnp_logits, runner = chunked_prompt_logits(config, "auto", served_head(runner, params), quantization="int8",
                                                cpu_kernels="jnp", kv_cache_dtype="float8_values")
     assert runner.state["embed"].dtype == jnp.float32
@@ -216,7 +275,7 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp(monkeypatch):
     # Where the two paths' float32 sums differ in their last bit right at a bfloat16 rounding
     # boundary, an input rounds the other way, a bfloat16 step (2^-8 of it) apart, and the
     # attention carries that to every later token: about 0.01 here, on logits of spread 1.
-    # (Without the rounding on jnp's side, 0.03; a layer read wrongly, the whole spread.)
+    # (A layer read wrongly: the whole spread.)
     np.testing.assert_allclose(native_logits, jnp_logits, rtol=0, atol=2e-2)
     assert (native_logits.argmax(-1) == jnp_logits.argmax(-1)).all()
 

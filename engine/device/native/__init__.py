@@ -1,4 +1,4 @@
-"""Flint's native CPU kernels (linear.cc, attention.cc, one library with module.cc), registered with XLA's FFI.
+"""Flint's native CPU kernels (linear.cc, attention.cc, zeros.cc, one library with module.cc), registered with XLA's FFI.
 
 setup.py builds the library at install time with the machine's compiler, as an optional
 extension: where it could not be built (no compiler, or a platform it does not compile
@@ -39,8 +39,8 @@ def available() -> bool:
 
 @functools.cache
 def products_in_pairs() -> bool:
-    """Whether the build's products of many tokens run in pairs of bfloat16 (AVX512_BF16,
-    lanes_bf16.h), which outrun XLA's matmul at every count of tokens."""
+    """Whether the build's products run in pairs of bfloat16 (AVX512_BF16, blocks.h), or in
+    float32 multiply-adds."""
     if not available():
         return False
     from engine.device.native import _cpu_kernels

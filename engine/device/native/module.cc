@@ -1,7 +1,7 @@
 // The native CPU kernels' library is a Python module (setup.py builds linear.cc, attention.cc,
-// step_attention.cc, zeros.cc and this file as one): `targets()` gives each kernel's FFI
+// zeros.cc and this file as one): `targets()` gives each kernel's FFI
 // handler as a capsule, for jax.ffi.register_ffi_target (engine/device/native/__init__.py);
-// `products_in_pairs()` says what the build's products of many tokens run on.
+// `products_in_pairs()` says what the build's products run on.
 
 #include <Python.h>
 
@@ -12,7 +12,6 @@
 extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* FlintStepAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 extern "C" int FlintProductsInPairs();
 
@@ -22,7 +21,6 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_int8", FlintLinearInt8},
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_decode_attention", FlintDecodeAttention},
-      {"flint_step_attention", FlintStepAttention},
       {"flint_zeros", FlintZeros},
   };
   for (const auto& [name, handler] : handlers) {
@@ -41,7 +39,7 @@ static PyObject* ProductsInPairs(PyObject*, PyObject*) { return PyBool_FromLong(
 
 static PyMethodDef kMethods[] = {
     {"products_in_pairs", ProductsInPairs, METH_NOARGS,
-     "Whether products of many tokens run in pairs of bfloat16 (AVX512_BF16) in this build."},
+     "Whether the products run in pairs of bfloat16 (AVX512_BF16) in this build."},
     {"targets", Targets, METH_NOARGS, "The kernels' FFI handlers by target name, as capsules."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -1,6 +1,5 @@
-// What the native attentions share (attention.cc over the cache's pages, step_attention.cc
-// over the step's own keys): keys and values widened as they are read, a vectorized exp,
-// and the online softmax of one query folded a block of keys at a time.
+// The native attention's parts (attention.cc): keys and values widened as they are read, a
+// vectorized exp, and the online softmax of one query folded a page of keys at a time.
 
 #pragma once
 

@@ -1,0 +1,83 @@
+"""The native CPU kernels as built for CPUs other than this one.
+
+setup.py builds the kernels for the machine that installs them, so the rest of the suite
+tests only the path this CPU takes: here, with AVX512_BF16, products in pairs of bfloat16.
+A CPU without it sums in float32 (blocks.h), 16 lanes wide with AVX-512 and 8 with AVX2
+alone. Each is built here for such a CPU (-march; this one runs the code of both) and
+checked in a process of its own, which loads that build in place of the installed one: the
+build says which path it has, its products match the widened weights, and a row's product
+is the same bits alone and among 1 to 40 tokens, at any place among them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from native_kernels import require_native_kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What each build is for, and the path its products take.
+BUILDS = {"haswell": "float32, 8 lanes (AVX2)", "icelake-server": "float32, 16 lanes (AVX-512, no AVX512_BF16)"}
+
+CHECK = r'''
+import importlib.util, sys
+import engine.device.native as native
+spec = importlib.util.spec_from_file_location("engine.device.native._cpu_kernels", sys.argv[1])
+library = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(library)
+sys.modules["engine.device.native._cpu_kernels"] = library
+native._cpu_kernels = library
+import jax.numpy as jnp
+import numpy as np
+from engine.device.native import ops
+from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
+
+assert native.available() and not native.products_in_pairs(), "the build runs products in pairs"
+rng = np.random.default_rng(0)
+matrix = jnp.asarray(rng.standard_normal((2, 36, 576)).astype(np.float32))
+weights = {"int8": quantize_int8(matrix), "int8 head": quantize_int8(matrix[:1], HEAD_GROUP_SIZE),
+           "bfloat16": matrix[0].astype(jnp.bfloat16)}
+rows = rng.standard_normal((3, 576)).astype(np.float32)
+for kind, weight in weights.items():
+    native_weight = ops.at_layer(weight, 0)
+    widened = (dequantize(Int8Weight(weight.values[0], weight.scales[0])) if isinstance(weight, Int8Weight)
+               else weight.astype(jnp.float32))
+    alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
+    expected = jnp.asarray(rows).astype(jnp.bfloat16).astype(jnp.float32) @ widened.T
+    np.testing.assert_allclose(alone, np.asarray(expected), rtol=1e-5, atol=1e-4, err_msg=kind)
+    for tokens in range(1, 41):
+        x = rng.standard_normal((tokens, 576)).astype(np.float32)
+        where = rng.choice(tokens, size=min(3, tokens), replace=False)
+        x[where] = rows[:len(where)]
+        got = np.asarray(ops.linear(jnp.asarray(x), native_weight))[where]
+        assert (got == alone[:len(where)]).all(), f"{kind}: a row's product moved among {tokens} tokens"
+print("products: ok")
+'''
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    """The kernels' library built for each of BUILDS' CPUs, by setup.py as an install would."""
+    require_native_kernels()
+    built = {}
+    for march in BUILDS:
+        out = tmp_path_factory.mktemp(march)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "-j", "2", "--build-lib", str(out / "lib"),
+                        "--build-temp", str(out / "temp")], cwd=ROOT, check=True, capture_output=True,
+                       env={**os.environ, "FLINT_NATIVE_MARCH": march})
+        built[march] = next((out / "lib").rglob("_cpu_kernels*.so"))
+    return built
+
+
+@pytest.mark.parametrize("march", BUILDS)
+def test_a_build_without_pairs_sums_each_row_in_one_order(builds, march):
+    """Products in float32 (the path `BUILDS` names), checked in a process of their own."""
+    result = subprocess.run([sys.executable, "-c", CHECK, str(builds[march])], cwd=ROOT, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, f"{march} ({BUILDS[march]}):\n{result.stdout}\n{result.stderr[-3000:]}"
+    assert "products: ok" in result.stdout
