@@ -29,6 +29,13 @@ class StreamOptions(BaseModel):
             title="Include Usage",
         ),
     ] = None
+    continuous_usage_stats: Annotated[
+        bool | None,
+        Field(
+            description="vLLM's extension, served for its clients: every chunk carries `usage`, the token counts so far, and the last chunk the totals, as with `include_usage`.",
+            title="Continuous Usage Stats",
+        ),
+    ] = None
 
 
 class FinishReason(StrEnum):

@@ -951,6 +951,12 @@ class ChatCompletionStreamOptions(BaseModel):
             description="Send one extra chunk before `data: [DONE]` whose `usage` holds the token counts for the whole request and whose `choices` is empty. Every other chunk then carries `usage: null`. An interrupted stream may never deliver that final chunk."
         ),
     ] = None
+    continuous_usage_stats: Annotated[
+        bool | None,
+        Field(
+            description="vLLM's extension, served for its clients: every chunk carries `usage`, the token counts so far, and the last chunk the totals, as with `include_usage`."
+        ),
+    ] = None
     include_obfuscation: Annotated[
         bool | None,
         Field(

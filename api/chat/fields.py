@@ -3,6 +3,10 @@ request, and the Fireworks chat fields OpenAI lacks), its messages, content part
 stream_options, and POST /v1/chat/completions/{id} (a stored completion's metadata).
 
 Decisions beyond the spec (the values that ask for what this server does anyway pass):
+- `model` may be left out where the server serves one model (no adapter loaded): the
+  body is that model's, as with vLLM's and llama.cpp's servers, whose clients and curl
+  examples leave it out (api/core/state.py `with_served_model`,
+  tests/api/test_model_left_out.py); with several models it stays a 400 naming it;
 - `verbosity`: only `medium`, the spec's default, which asks for nothing in particular;
 - `modalities`: `["text"]`; `prompt_cache_retention`: `in_memory` (the prefix cache); `24h`
   is refused;
@@ -210,6 +214,7 @@ REGISTRY = Registry([
     ModelFields(ChatCompletionPredictionContent, {"type": PREDICTION, "content": PREDICTION}),
     ModelFields(ChatCompletionStreamOptions, {
         "include_usage": Planned("render.ChunkWriter", STREAM + "test_include_usage_adds_a_last_usage_chunk"),
+        "continuous_usage_stats": Planned("render.ChunkWriter", STREAM + "test_continuous_usage_stats_counts_in_every_chunk"),
         "include_obfuscation": Planned("render.ChunkWriter", STREAM + "test_obfuscation_pads_chunks_unless_turned_off"),
     }),
     ModelFields(fireworks.ChatMessage, {"role": RENDERED, "content": RENDERED, "tool_call_id": RENDERED,

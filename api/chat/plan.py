@@ -62,6 +62,8 @@ class ChatPlan:
     choices: list[ChoiceRequest]
     stream: bool
     include_usage: bool
+    # vLLM's stream_options.continuous_usage_stats: usage, so far, in every chunk too.
+    continuous_usage: bool
     include_obfuscation: bool
     logprobs: bool
     timeout: float | None = None
@@ -98,11 +100,13 @@ async def plan_chat(body: ChatCompletionBody, server: ServerState) -> ChatPlan:
     sampling = sampling_of(fields, values, vocab_size)
     stop = values.stop_criteria(strings=stop_strings(body), max_tokens=max_tokens)
     prediction = await prediction_token_ids(body, server)
+    continuous_usage = bool(stream_options.get("continuous_usage_stats"))
     choices = [ChoiceRequest(index=i, prompt_index=0, prompt_token_ids=prompt_ids, sampling=replace(sampling, seed=seed),
                              stop=stop, grammar=turn.grammar, prediction=prediction, reasoning=turn.thinking)
                for i, seed in enumerate(choice_seed_list(body.seed, n))]
     return ChatPlan(body=body, raw=fields, choices=choices, stream=bool(body.stream),
-                    include_usage=bool(stream_options.get("include_usage")),
+                    include_usage=bool(stream_options.get("include_usage") or continuous_usage),
+                    continuous_usage=continuous_usage,
                     include_obfuscation=stream_options.get("include_obfuscation") is not False,
                     logprobs=bool(body.logprobs), tools=tools, tool_format=turn.tool_format, reasoning=turn.reasoning)
 

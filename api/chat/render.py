@@ -4,7 +4,8 @@ A stream gives each choice a first chunk with the assistant role, then content d
 (and tool-call deltas, api/chat/tool_calls.py; a model's thinking comes first, as
 `reasoning_content` deltas, api/chat/reasoning.py), then a chunk with its finish_reason;
 with `stream_options.include_usage` every chunk carries `usage: null` and one last chunk
-with no choices carries the totals. With `store: true` the answer is stored before it is
+with no choices carries the totals (with vLLM's `continuous_usage_stats`, every chunk the
+counts so far). With `store: true` the answer is stored before it is
 returned, or once the stream's last chunk is sent (api/chat/store.py).
 """
 
@@ -126,6 +127,7 @@ class ChunkWriter:
         self.identity = identity
         self.plan = plan
         self.tokenizer = tokenizer
+        self.usage = Usage()  # the request's, once `chunks` runs
         # Each choice's text read as tool calls, when the answer may hold them.
         self.tool_deltas = {choice.index: ToolDeltas(plan) for choice in plan.choices} if plan.tools else {}
 
@@ -134,6 +136,7 @@ class ChunkWriter:
         a request refused before then raises (api/core/sse.py `prefetched` makes that an
         HTTP error); a failure once streaming has begun raises too, and the SSE layer ends
         the stream with an error event in OpenAI's error shape."""
+        self.usage = usage
         started = False
         async with aclosing(events):
             async for event in events:
@@ -180,6 +183,8 @@ class ChunkWriter:
                                     choices=choices, service_tier=self.identity.service_tier)
         if self.plan.include_usage:
             chunk.usage = usage  # null in every chunk but the last, as the spec says
+            if usage is None and self.plan.continuous_usage:
+                chunk.usage = usage_of(self.usage)  # the counts so far
         if self.plan.include_obfuscation:
             chunk.obfuscation = obfuscation_padding()
         return chunk

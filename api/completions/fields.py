@@ -112,7 +112,9 @@ REGISTRY = Registry([
     ModelFields(friendli.CompletionsBodyWithPrompt, {**FRIENDLI_FIELDS, "prompt": PROMPT}),
     ModelFields(friendli.CompletionsBodyWithTokens, {**FRIENDLI_FIELDS, "tokens": PROMPT}),
     ModelFields(friendli.StreamOptions, {
-        "include_usage": Planned("render.completion_chunks", STREAM + "test_include_usage_adds_a_final_usage_chunk")}),
+        "include_usage": Planned("render.completion_chunks", STREAM + "test_include_usage_adds_a_final_usage_chunk"),
+        "continuous_usage_stats": Planned("render.completion_chunks",
+                                          STREAM + "test_continuous_usage_stats_counts_in_every_chunk")}),
     ModelFields(friendli.TokenSequence, {"tokens": STOP_TOKENS}),
     ModelFields(fireworks.ResponseFormat, {
         "type": FORMAT, "schema_": FORMAT, "json_schema": FORMAT,

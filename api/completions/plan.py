@@ -81,6 +81,7 @@ class CompletionPlan:
     choices: list[ChoiceRequest]
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats: usage so far in every chunk
     echo_last: float | None  # echo this many of the prompt's last tokens (inf: all; None: no echo)
     logprobs: int | None  # alternatives per token; None: no logprobs
     content_logprobs: bool  # OpenAI's `logprobs: true` format (else the legacy one)
@@ -114,7 +115,9 @@ async def plan_completion(body: Any, server: ServerState) -> CompletionPlan:
                for choice in choice_requests(body, server, prompts, n, echo_last, logprobs, beam, prediction)]
     return CompletionPlan(
         body=body, prompts=prompts, prompt_texts=texts, n=n, choices=choices, stream=stream,
-        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        include_usage=bool(body.stream_options and (body.stream_options.include_usage
+                                                    or body.stream_options.continuous_usage_stats)),
+        continuous_usage=bool(body.stream_options and body.stream_options.continuous_usage_stats),
         echo_last=echo_last, logprobs=logprobs, content_logprobs=body.logprobs is True,
         return_token_ids=bool(body.return_token_ids), raw_output=bool(body.raw_output),
         perf_metrics=bool(body.perf_metrics_in_response), timeout=body.timeout,

@@ -11,7 +11,8 @@ A stream sends one chunk per engine output. A choice's first chunk carries its e
 and prompt logprobs) and, with `return_token_ids`, its prompt's token ids; with
 `raw_output`, a choice's last chunk carries what the model saw and produced. The chunk that
 finishes the last choice carries `perf_metrics` when asked; `stream_options.include_usage`
-adds a final chunk with no choices and the usage.
+adds a final chunk with no choices and the usage (vLLM's `continuous_usage_stats`: every
+chunk carries the usage so far, too).
 """
 
 from __future__ import annotations
@@ -189,6 +190,8 @@ async def completion_chunks(plan: CompletionPlan, generation: Generation) -> Asy
     async with aclosing(generation.events()) as events:
         async for event in events:
             chunk = event_chunk(context, event, writers, results, num_finished)
+            if plan.continuous_usage:
+                chunk.usage = usage_info(generation)  # the counts so far
             yield with_extensions(plan, chunk, event)
             num_finished += event.finish_reason is not None
     if plan.include_usage:

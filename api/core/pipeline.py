@@ -64,7 +64,8 @@ class Dialect:
 
 async def generate(dialect: Dialect, request: Request, server: ServerState) -> Response:
     """Serve one generation request of `dialect`."""
-    body = await asyncio.to_thread(parse, dialect, await read_json_body(request))
+    raw = server.with_served_model(await read_json_body(request))
+    body = await asyncio.to_thread(parse, dialect, raw)
     adapter = server.require_model(body.model)
     tenancy = tenancy_of(dialect.ask(body), server.settings, presented_key(request), request.headers)
     plan = await dialect.plan(body, server)

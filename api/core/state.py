@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from api.core.errors import generation_cut_off, model_not_found
 from api.core.store import Store, store_url
@@ -86,6 +86,17 @@ class ServerState:
         for generation in open_now:
             generation.break_off(generation_cut_off())
         return len(open_now)
+
+    def with_served_model(self, raw: Any) -> Any:
+        """The decoded body `raw`, with `model` set to the served model's id where the body
+        leaves it out and this server serves exactly one model (no adapter loaded), as
+        vLLM's and llama.cpp's servers do: curl examples often leave it out. With several
+        models to choose from, a body without one stays its dialect's 400."""
+        if not isinstance(raw, dict) or "model" in raw:
+            return raw
+        if self.adapters is not None and self.adapters.adapters:
+            return raw
+        return {**raw, "model": self.model.id}
 
     def require_model(self, model: str | None) -> LoraAdapter | None:
         """A request's `model` may be left out where its spec allows; given, it must name

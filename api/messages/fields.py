@@ -3,6 +3,10 @@
 cache_control and output_config. A token count's fields are decided as a message's are.
 
 Decisions beyond the spec (values that ask for what this server does anyway pass):
+- `model` may be left out where the server serves one model (no adapter loaded): the
+  body is that model's, as with vLLM's and llama.cpp's servers, whose clients and curl
+  examples leave it out (api/core/state.py `with_served_model`,
+  tests/api/test_model_left_out.py); with several models it stays a 400 naming it;
 - `service_tier`: `auto` serves with the priority tier when the API key is granted it
   (`--priority-api-key`), `standard_only` never (api/core/tenancy.py); usage reports the
   tier that served it, `priority` or `standard`; `speed`: `standard` only, there being one speed;

@@ -2,6 +2,10 @@
 items, their content parts and the nested option objects.
 
 Decisions beyond the spec (values that ask for what this server does anyway pass):
+- `model` may be left out where the server serves one model (no adapter loaded): the
+  body is that model's, as with vLLM's and llama.cpp's servers, whose clients and curl
+  examples leave it out (api/core/state.py `with_served_model`,
+  tests/api/test_model_left_out.py); with several models it stays a 400 naming it;
 - function tools (api/responses/tools.py) and `text.format` (api/core/structured.py)
   constrain the answer by grammar; calls come back as `function_call` items
   (api/responses/tool_calls.py); `include` logprobs with tools is a 400;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Response, get
+from litestar import MediaType, Response, get
 from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
@@ -24,7 +24,7 @@ PAGE_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-T
 @get("/", sync_to_thread=False, include_in_schema=False)
 def chat_page() -> Response[bytes]:
     # Read at each request: a few KB, and an edited page shows on reload while developing.
-    return Response((STATIC_DIR / "index.html").read_bytes(), media_type="text/html; charset=utf-8",
+    return Response((STATIC_DIR / "index.html").read_bytes(), media_type=MediaType.HTML,
                     headers=PAGE_HEADERS)
 
 

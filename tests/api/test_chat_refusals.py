@@ -31,7 +31,6 @@ SCHEMA_ERRORS = [
     ({**body(), "messages": [{"role": "user"}]}, ["body", "messages", 0, "content"]),
     ({**body(), "messages": [{"role": "user", "content": "hi", "mood": "happy"}]},
      ["body", "messages", 0, "mood"]),
-    (without("model"), ["body", "model"]),
     ({**body(), "n": 0}, ["body", "n"]),
     ({**body(), "n": 129}, ["body", "n"]),
     ({**body(), "n": "two"}, ["body", "n"]),

@@ -95,3 +95,15 @@ def test_a_stream_refused_before_its_first_output_is_an_http_error(client, monke
     break_engine(client, monkeypatch, after_outputs=0)
     response = client.post(URL, json=body(stream=True))
     assert response.status_code == 400 and "refuses" in response.json()["error"]["message"]
+
+
+def test_continuous_usage_stats_counts_in_every_chunk(client):
+    """vLLM's stream option: every chunk carries the usage so far, growing with the answer,
+    and the last chunk the totals, as with include_usage."""
+    whole = chat(client, max_completion_tokens=5, seed=3, ignore_eos=True)
+    chunks = stream(client, max_completion_tokens=5, seed=3, ignore_eos=True,
+                    stream_options={"continuous_usage_stats": True})
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert all(c["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"] for c in chunks)
+    assert counts == sorted(counts) and counts[0] >= 1 and len(set(counts)) > 1
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]

@@ -123,3 +123,15 @@ def test_an_unexpected_failure_inside_a_choice_is_logged_and_answered(client, mo
         response = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     assert response.status_code == 500 and response.json()["error"]["type"] == "server_error"
     assert any(record.exc_info and isinstance(record.exc_info[1], KeyError) for record in caplog.records)
+
+
+def test_continuous_usage_stats_counts_in_every_chunk(client):
+    """vLLM's stream option: every chunk carries the usage so far, and the last the totals."""
+    body = {"prompt": "one", "max_tokens": 12, "seed": 5, "ignore_eos": True, "logprobs": 0}
+    whole = complete(client, **body)
+    events = stream_events(client, **body, stream_options={"continuous_usage_stats": True})
+    streamed = 0
+    for event in events[:-1]:  # each chunk's count: the tokens streamed up to it
+        streamed += len(event["choices"][0]["logprobs"]["tokens"])
+        assert event["usage"]["completion_tokens"] == streamed
+    assert streamed == 12 and events[-1]["choices"] == [] and events[-1]["usage"] == whole["usage"]

@@ -92,7 +92,7 @@ def test_the_flag_reaches_the_settings():
 def test_the_chat_page_is_served_open_with_a_policy_that_allows_only_this_server():
     client = client_for()  # with an API key set and the engine still starting
     page = client.get("/")
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert "<title>Flint chat</title>" in page.text
     for path in referenced_files(page.text):
