@@ -13,6 +13,7 @@ chunks, the batch's company), so a test cannot pass by not exercising its case.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -252,3 +253,21 @@ def test_a_seeded_tool_call_is_the_same_streamed_and_unstreamed(sdk, model):
     streamed = [(name, json.loads(arguments)) for _, (name, arguments) in sorted(calls.items())]
     assert unstreamed and streamed == unstreamed
     assert token_logprobs == chat_logprobs(whole)
+
+
+def test_an_n_gram_draft_verified_in_one_step_is_the_same_bits_as_plain_decodes(sdk, model, state):
+    """`--speculative ngram` for the duration (the engine's host-side drafting switched on in
+    place): drafts looked up in the context are accepted, and the answer is plain decoding's."""
+    request = {"model": model, "temperature": 0.0, "max_tokens": 48, "logprobs": True, "messages": [
+        {"role": "user", "content": "Copy this list twice: red, green, blue, yellow, purple, orange, black."}]}
+    plain = sdk.chat.completions.create(**request)
+    engine = state.engine.engine
+    speculation = engine.speculation
+    engine.speculation = dataclasses.replace(speculation, ngram=True)
+    try:
+        drafted = sdk.chat.completions.create(**request)
+    finally:
+        engine.speculation = speculation
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert drafted.usage.completion_tokens_details.accepted_prediction_tokens >= 8
+    assert chat_logprobs(drafted.choices[0]) == chat_logprobs(plain.choices[0])
