@@ -1,7 +1,7 @@
 """Every family beyond the plain Llama serves through HTTP with the openai SDK: a tiny random
-Gemma 3, Gemma 2, windowed Mistral and Qwen3-MoE, each written as a Hugging Face checkpoint and loaded
-by `flint serve`'s own loader, answer greedy completions with the tokens an independent
-NumPy forward predicts, and stream chat."""
+Gemma 3, Gemma 2, windowed Mistral, Qwen3-MoE and Mixtral, each written as a Hugging Face checkpoint
+and loaded by `flint serve`'s own loader, answer greedy completions and stream chat with the
+tokens an independent NumPy forward predicts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import openai
 import pytest
-from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
+from api_helpers import ONE_BUCKET_ENGINE, rendered_ids, wait_until_serving
 from family_configs import FAMILIES, MOE
 from gemma_reference import greedy as gemma_greedy
 from moe_reference import greedy as moe_greedy
@@ -26,11 +26,12 @@ from engine.engine import Engine
 from engine.loader.checkpoint import load_checkpoint
 from engine.models.params import random_params
 
-GREEDY = {"gemma2": gemma_greedy, "gemma3": gemma_greedy, "mistral": llama_greedy, "qwen3_moe": moe_greedy}
+GREEDY = {"gemma2": gemma_greedy, "gemma3": gemma_greedy, "mistral": llama_greedy, "qwen3_moe": moe_greedy,
+          "mixtral": moe_greedy}
 CONFIGS = {**FAMILIES, **MOE}
 
 
-@pytest.fixture(scope="module", params=["gemma3", "gemma2", "mistral", "qwen3_moe"])
+@pytest.fixture(scope="module", params=["gemma3", "gemma2", "mistral", "qwen3_moe", "mixtral"])
 def served(request, tmp_path_factory, smollm2_tokenizer):
     """(family, config, weights, SDK client, model id) of an app serving that family."""
     name = request.param
@@ -63,14 +64,17 @@ def test_greedy_completions_are_the_reference_s_tokens(served, smollm2_tokenizer
     assert completion.usage.completion_tokens == 8
 
 
-def test_chat_streams(served):
-    _, _, _, sdk, model = served
-    stream = sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello there"}],
-                                         max_tokens=6, temperature=0, stream=True,
-                                         stream_options={"include_usage": True})
-    chunks = list(stream)
+def test_chat_streams(served, smollm2_tokenizer):
+    """A streamed greedy chat says what the NumPy forward predicts after the chat template's
+    prompt, and what the same request unstreamed says."""
+    name, config, params, sdk, model = served
+    messages = [{"role": "user", "content": "Hello there"}]
+    request = dict(model=model, messages=messages, max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+    chunks = list(sdk.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    expected = smollm2_tokenizer.decode(GREEDY[name](config, params, rendered_ids(smollm2_tokenizer, messages), 6))
     assert chunks[-1].usage.completion_tokens == 6
-    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == expected
+    assert sdk.chat.completions.create(**request).choices[0].message.content == expected
 
 
 def decode_matrix(matrix: str, config) -> np.ndarray:

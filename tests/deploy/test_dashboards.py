@@ -3,11 +3,15 @@ PromQL expression parses, and every metric it names, every label it matches, gro
 and every counter it takes a rate of, is on a tiny-model server's /metrics after a few
 requests. Also the dashboard's and the rule file's own structure, and, where promtool is
 installed, Prometheus's own check of the rules and the alerts' unit tests
-(flint-rules.test.yaml beside this file)."""
+(flint-rules.test.yaml beside this file). Without promtool those two skip, unless
+$FLINT_TEST_PROMTOOL_REQUIRED is set: `.ci/run` installs Debian's prometheus package and sets
+it, so in CI a missing promtool fails the run instead of skipping them."""
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +41,8 @@ ANNOTATION_LABEL = re.compile(r"\$labels\.(\w+)")
 LABEL_VALUES = re.compile(r"^label_values\((?P<series>.+),\s*(?P<label>\w+)\)$")
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")  # level:metric:operations
 SEVERITIES = {"critical", "warning", "info"}
+PROMTOOL_REQUIRED = "FLINT_TEST_PROMTOOL_REQUIRED"
+GRID_WIDTH = 24  # Grafana's columns
 
 
 @dataclass
@@ -111,18 +117,19 @@ def recorded() -> dict[str, str]:
     return {rule["record"]: rule["expr"] for rule in rules() if "record" in rule}
 
 
-def panels() -> list[dict]:
-    """Every panel, those inside collapsed rows too."""
-    top = dashboard()["panels"]
+def panels(board: dict | None = None) -> list[dict]:
+    """Every panel of `board` (the dashboard unless given), those inside collapsed rows too."""
+    top = (board or dashboard())["panels"]
     return top + [inner for panel in top for inner in panel.get("panels", [])]
 
 
-def queries() -> list[Query]:
-    """Every PromQL expression of the dashboard's panels and variables, and of the rules."""
+def queries(board: dict | None = None) -> list[Query]:
+    """Every PromQL expression of the dashboard's panels and variables (of `board` where
+    given), and of the rules."""
     found = [Query(f"panel {panel['title']!r} {target['refId']}", target["expr"],
                    set(LEGEND_LABEL.findall(target.get("legendFormat", ""))))
-             for panel in panels() for target in panel.get("targets", [])]
-    for variable in variables():
+             for panel in panels(board) for target in panel.get("targets", [])]
+    for variable in variables(board):
         if variable["type"] == "query":
             run = variable["query"]["query"]  # what Grafana runs; `definition` is what its editor shows
             match = LABEL_VALUES.match(run)
@@ -135,8 +142,8 @@ def queries() -> list[Query]:
     return found
 
 
-def variables() -> list[dict]:
-    return dashboard()["templating"]["list"]
+def variables(board: dict | None = None) -> list[dict]:
+    return (board or dashboard())["templating"]["list"]
 
 
 def labels_of(exported: Exported):
@@ -170,23 +177,70 @@ def test_every_metric_named_is_exported(exported):
     assert not missing, f"named, but not on a live /metrics nor recorded: {sorted(missing)}"
 
 
+def alternatives(regex: str) -> list[str]:
+    """A regular expression's top-level alternatives (`a|b(c|d)` is `a` and `b(c|d)`)."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(regex):
+        escaped = index > 0 and regex[index - 1] == "\\"
+        if char in "([" and not escaped:
+            depth += 1
+        elif char in ")]" and not escaped:
+            depth -= 1
+        elif char == "|" and depth == 0 and not escaped:
+            parts.append(regex[start:index])
+            start = index + 1
+    return parts + [regex[start:]]
+
+
 def matcher_errors(selector: Selector, exported: Exported) -> list[str]:
-    """Matchers on labels the series lacks, and `label="value"` with a value it never has."""
+    """Matchers on labels the series lacks, and matchers whose value no series of it has:
+    `label="value"` and `label!="value"` with a value it never has (one that matches nothing,
+    or excludes nothing), `label=~"re"` and `label!~"re"` with an alternative of the regular
+    expression that matches none of its values (anchored at both ends, as Prometheus anchors
+    it). A Grafana variable in the value is the dashboard's choice, not checked here."""
     labels = labels_of(exported)(selector.name)
     errors = []
     for label, operator, value in selector.matchers:
         if label not in labels:
             errors.append(f"{selector.name} has no label {label}")
-        elif operator == "Equal" and "$" not in value and (selector.name, label) in exported.values:
-            if value not in exported.values[(selector.name, label)]:
-                errors.append(f"{selector.name}{{{label}={value!r}}} matches no series")
+            continue
+        seen = exported.values.get((selector.name, label))
+        if "$" in value or seen is None:
+            continue
+        if operator in ("Equal", "NotEqual") and value and value not in seen:
+            sign = "=" if operator == "Equal" else "!="
+            errors.append(f"{selector.name}{{{label}{sign}{value!r}}}: no series has that value")
+        if operator in ("Re", "NotRe"):
+            sign = "=~" if operator == "Re" else "!~"
+            errors += [f"{selector.name}{{{label}{sign}{value!r}}}: {part!r} matches no series' value"
+                       for part in alternatives(value) if part and not any(re.fullmatch(part, seen_value)
+                                                                           for seen_value in seen)]
     return errors
 
 
+def label_errors(found: list[Query], exported: Exported) -> list[str]:
+    return [f"{query.where}: {error}" for query in found for selector in selectors(parse(query.expr))
+            for error in matcher_errors(selector, exported)]
+
+
 def test_every_label_matched_is_on_its_series(exported):
-    errors = [f"{query.where}: {error}" for query in queries() for selector in selectors(parse(query.expr))
-              for error in matcher_errors(selector, exported)]
+    errors = label_errors(queries(), exported)
     assert not errors, errors
+
+
+def test_a_matcher_that_matches_nothing_is_found(exported):
+    """Each kind of matcher, with a value the server exports and with a misspelt one, on a copy
+    of the dashboard: the check finds the misspelt ones and only those."""
+    (label, value), *_ = sorted((label, value) for (name, label), values in exported.values.items()
+                               if name == "vllm:num_requests_running" for value in values)
+    board = dashboard()
+    target = board["panels"][1]["targets"][0]
+    for operator in ("=", "!=", "=~", "!~"):
+        misspelt = "x" + value if "~" not in operator else f"{value}|{value}x"
+        for matched, wrong in ((value, False), (misspelt, True)):
+            target["expr"] = f'sum(vllm:num_requests_running{{{label}{operator}"{matched}"}})'
+            errors = label_errors(queries(board), exported)
+            assert bool(errors) == wrong, (target["expr"], errors)
 
 
 def test_every_grouping_label_is_on_the_series_grouped(exported):
@@ -233,18 +287,62 @@ def test_panels_have_unique_ids_and_read_the_datasource_variable():
         assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']} has no unit"
 
 
-def test_panels_do_not_overlap():
+def overlaps(board: dict) -> list[str]:
+    """Panels that share a cell, or stand past the grid's right edge: on the dashboard as it
+    opens, and in each collapsed row as Grafana lays its panels out when the row opens (moved
+    together to just below the row, pushing what is below further down)."""
     def cells(panel: dict) -> set[tuple[int, int]]:
         grid = panel["gridPos"]
-        assert grid["x"] + grid["w"] <= 24, panel["title"]
         columns, rows = range(grid["x"], grid["x"] + grid["w"]), range(grid["y"], grid["y"] + grid["h"])
         return {(x, y) for x in columns for y in rows}
 
-    taken: dict[tuple[int, int], str] = {}
-    for panel in dashboard()["panels"]:
-        for cell in cells(panel):
-            assert cell not in taken, f"{panel['title']!r} overlaps {taken[cell]!r}"
-            taken[cell] = panel["title"]
+    def clashes(layout: list[dict]) -> list[str]:
+        found, taken = [], {}
+        for panel in layout:
+            if panel["gridPos"]["x"] + panel["gridPos"]["w"] > GRID_WIDTH:
+                found.append(f"{panel['title']!r} is past the grid's right edge")
+            for cell in cells(panel):
+                if cell in taken:
+                    found.append(f"{panel['title']!r} overlaps {taken[cell]!r}")
+                    break
+                taken[cell] = panel["title"]
+        return found
+
+    top = board["panels"]
+    found = clashes(top)
+    for row in (panel for panel in top if panel["type"] == "row" and panel.get("collapsed")):
+        inner = row.get("panels", [])
+        if not inner:
+            continue
+        shift = inner[0]["gridPos"]["y"] - (row["gridPos"]["y"] + row["gridPos"]["h"])
+        opened = [{**panel, "gridPos": {**panel["gridPos"], "y": panel["gridPos"]["y"] - shift}} for panel in inner]
+        found += [f"in row {row['title']!r}: {clash}" for clash in clashes([row, *opened])]
+    return found
+
+
+def test_panels_do_not_overlap():
+    assert not overlaps(dashboard()), overlaps(dashboard())
+
+
+def collapsed(board: dict, title: str, inner: list[dict]) -> dict:
+    """`board` with a collapsed row of `inner` panels added at its foot."""
+    bottom = max(panel["gridPos"]["y"] + panel["gridPos"]["h"] for panel in board["panels"])
+    row = {"type": "row", "title": title, "collapsed": True, "gridPos": {"x": 0, "y": bottom, "w": 24, "h": 1},
+           "panels": inner}
+    return {**board, "panels": [*board["panels"], row]}
+
+
+def test_overlapping_panels_in_a_collapsed_row_are_found():
+    """The check looks inside collapsed rows: two panels of one that share cells once it opens
+    are found, and the same two side by side are not."""
+    template = next(panel for panel in dashboard()["panels"] if panel["type"] != "row")
+
+    def panel(title: str, x: int) -> dict:
+        return {**copy.deepcopy(template), "title": title, "gridPos": {"x": x, "y": 100, "w": 12, "h": 8}}
+
+    assert not overlaps(collapsed(dashboard(), "Side by side", [panel("left", 0), panel("right", 12)]))
+    clashing = overlaps(collapsed(dashboard(), "On top", [panel("first", 0), panel("second", 6)]))
+    assert clashing == ["in row 'On top': 'second' overlaps 'first'"]
 
 
 def test_every_variable_used_is_defined():
@@ -279,7 +377,10 @@ def test_rules_have_the_fields_prometheus_and_alertmanager_need():
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
     if not shutil.which("promtool"):
-        pytest.skip("promtool is not installed (Debian's prometheus package has it)")
+        missing = "promtool is not installed (Debian's prometheus package has it)"
+        if os.environ.get(PROMTOOL_REQUIRED, "").strip() not in ("", "0"):
+            pytest.fail(f"{missing}, and ${PROMTOOL_REQUIRED} is set", pytrace=False)
+        pytest.skip(missing)
     return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
 
 

@@ -1,6 +1,8 @@
 """Mixtures of experts (engine/models/moe.py): Qwen3-MoE and Mixtral written as Hugging Face
 and llama.cpp write them, loaded, and run against an independent NumPy forward
-(tests/moe_reference.py): uneven expert loads, a router tie, batching, tensor parallelism."""
+(tests/moe_reference.py): uneven expert loads, a router tie, batching, tensor parallelism, int8
+attention on both CPU paths, and each form of the experts' products (the accelerators' grouped
+one included)."""
 
 from __future__ import annotations
 
@@ -16,17 +18,20 @@ import numpy as np
 import pytest
 from family_configs import MOE
 from loader_files import write_gguf, write_hf
+from moe_reference import experts as reference_experts
 from moe_reference import forward, greedy, routed_forward, routes
-from numpy_reference import rms_norm, served_head
+from native_kernels import require_native_kernels
+from numpy_reference import int8_rounded, rms_norm, served_head
 from test_loaders import flat
 
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import Int8Weight, dequantize, quantize_int8
+from engine.device.weights import Int8Weight
 from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
 from engine.loader.source import ModelSource
+from engine.models import moe as moe_module
 from engine.models.moe import dense, gathered, grouped, route
 from engine.models.params import random_params
 
@@ -142,34 +147,84 @@ def test_tensor_parallel_over_2_and_4_devices_matches_one(num_experts):
     assert report["4"]["we_gate_spec"] == expected
 
 
-def test_int8_quantizes_attention_and_leaves_the_experts(moe):
+# Inputs sharing one int8 scale (engine/device/weights.py's docstring); a row whose width it
+# does not divide is one group.
+INT8_GROUP = 64
+
+
+def rounded_as_int8(matrix) -> np.ndarray:
+    """`matrix` as symmetric int8 per INT8_GROUP inputs holds it, rounded here in NumPy."""
+    width = matrix.shape[-1]
+    return int8_rounded(np.asarray(matrix, np.float32), INT8_GROUP if width % INT8_GROUP == 0 else width)
+
+
+def held(weight) -> np.ndarray:
+    """The matrix an Int8Weight stands for: its int8 values times their group's scale."""
+    values, scales = np.asarray(weight.values, np.float32), np.asarray(weight.scales)
+    return (values.reshape(*scales.shape, -1) * scales[..., None]).reshape(values.shape)
+
+
+# (cpu_kernels, tolerance): the jnp path's products are float32's, as the reference's are; the
+# native kernels' (the path `flint serve` takes on a CPU) take their inputs in bfloat16
+# (engine/device/native/ops.py linear), which moves these logits by about 0.4% of the largest.
+INT8_PATHS = [("jnp", 1e-4), ("native", 1e-2)]
+
+
+@pytest.mark.parametrize(("cpu_kernels", "tolerance"), INT8_PATHS, ids=[path for path, _ in INT8_PATHS])
+def test_int8_quantizes_attention_and_leaves_the_experts(moe, cpu_kernels, tolerance):
     """--quantization int8 (auto's choice for a GGUF file on a CPU) serves a mixture of
-    experts: its attention projections in int8, its experts as they are."""
-    name, config, params = moe
-    # On the jnp path, whose products are float32's: the native kernels' take their inputs in
-    # bfloat16 (engine/device/native/ops.py linear), which the float32 reference does not.
-    runner = ModelRunner(config, dataclasses.replace(RUNNER, quantization="int8", cpu_kernels="jnp"), params)
+    experts: its attention projections in int8, its experts as they are. Rounded to int8 in
+    NumPy here: the engine holds the same matrices, and serves the reference's logits on them.
+    A hidden size of 128: two groups of 64 per row of q, k and v, each with its own scale."""
+    if cpu_kernels == "native":
+        require_native_kernels()
+    config = moe[1].replace(hidden_size=128)
+    params = random_params(config, seed=2)
+    runner = ModelRunner(config, dataclasses.replace(RUNNER, quantization="int8", cpu_kernels=cpu_kernels), params)
     layers = runner.state["layers"]
     assert isinstance(layers["wqkv"], Int8Weight) and layers["we_gate"].dtype == np.float32
-    # Per output row, int8 groups are the same in the fused and the separate projections.
-    rounded = {name: np.asarray(dequantize(quantize_int8(params["layers"][name]))) for name in ("wq", "wk", "wv", "wo")}
+    rounded = {name: rounded_as_int8(params["layers"][name]) for name in ("wq", "wk", "wv", "wo")}
+    # Per output row, int8 groups are the same in the fused and the separate projections. (Not
+    # bit for bit: XLA divides by 127 as a product with its reciprocal, which NumPy does not; a
+    # value a step off would be a relative 1/127 of its group's largest at least.)
+    for served, parts in (("wqkv", ("wq", "wk", "wv")), ("wo", ("wo",))):
+        np.testing.assert_allclose(held(layers[served]), np.concatenate([rounded[n] for n in parts], 1), rtol=1e-6,
+                                   atol=0, err_msg=served)
+    for expert_weight in ("router", "we_gate", "we_up", "we_down"):
+        np.testing.assert_array_equal(np.asarray(layers[expert_weight]), params["layers"][expert_weight])
     expected = forward(config, {**served_head(runner, params), "layers": {**params["layers"], **rounded}}, PROMPT)
-    assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < 1e-4
+    assert relative_error(runner.hidden_logits([RowPlan(PROMPT, 0, list(range(2, 10)))]), expected) < tolerance
 
 
-def test_the_three_forms_of_the_experts_agree():
+def test_the_forms_of_the_experts_are_the_reference_s():
     """Grouped (ragged_dot, the accelerators'), gathered (the CPU's one-token steps) and
-    dense (its others): one result, whichever the step's shape and backend pick."""
+    dense (its others), each against the NumPy experts: one result, whichever the step's
+    shape and backend pick."""
     config = MOE["qwen3_moe"]
     params = random_params(config, seed=6)
     weights = {name: jnp.asarray(params["layers"][name][0]) for name in ("router", "we_gate", "we_up", "we_down")}
     for num_tokens in (1, 5, 17):
-        h = jnp.asarray(np.random.default_rng(num_tokens).standard_normal((num_tokens, config.hidden_size)),
-                        jnp.float32)
-        experts, expert_weights = route(h, weights["router"], config)
-        results = [form(h, weights, config, experts, expert_weights) for form in (grouped, gathered, dense)]
-        for result in results[1:]:
-            np.testing.assert_allclose(np.asarray(result), np.asarray(results[0]), rtol=1e-5, atol=1e-5)
+        h = np.random.default_rng(num_tokens).standard_normal((num_tokens, config.hidden_size)).astype(np.float32)
+        expected = reference_experts(config, params["layers"], 0, h)
+        experts, expert_weights = route(jnp.asarray(h), weights["router"], config)
+        for form in (grouped, gathered, dense):
+            result = np.asarray(form(jnp.asarray(h), weights, config, experts, expert_weights))
+            assert relative_error(result, expected) < 1e-5, f"{form.__name__}, {num_tokens} tokens"
+
+
+def test_the_grouped_form_serves_the_reference_s_logits(moe, monkeypatch):
+    """Every step in the grouped form, as on a TPU (`experts_mlp` picks it there alone): a
+    prompt in chunks, then decodes, against the NumPy forward."""
+    _, config, params = moe
+    monkeypatch.setattr(moe_module, "gathered", grouped)
+    monkeypatch.setattr(moe_module, "dense", grouped)
+    expected = forward(config, params, PROMPT)
+    runner = ModelRunner(config, RUNNER, params)
+    start = 0
+    for size in (13, 13, 1, 1, 1, 1):
+        logits = runner.hidden_logits([RowPlan(PROMPT[start:start + size], start, list(range(2, 10)))])
+        assert relative_error(logits, expected[start:start + size]) < 1e-4, f"tokens {start}..{start + size}"
+        start += size
 
 
 def log_softmax(logits):
