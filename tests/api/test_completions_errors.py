@@ -121,9 +121,6 @@ def test_a_bad_body_gets_its_4xx_naming_the_field(client, changes, status, field
 
 
 @pytest.mark.parametrize("changes, loc", [
-    # vLLM's `continuous_usage_stats` is in no spec this route serves.
-    ({"stream_options": {"include_usage": True, "continuous_usage_stats": True}, "stream": True},
-     ["stream_options", "continuous_usage_stats"]),
     ({"stream_options": {"bogus_key": 1}}, ["stream_options", "bogus_key"]),
     ({"response_format": {"type": "regex", "schema": "a+", "bogus": 1}}, ["response_format", "bogus"]),
     ({"bad_word_tokens": [{"tokens": [5], "bogus": 1}]}, ["bad_word_tokens", 0, "bogus"]),
