@@ -62,8 +62,8 @@ def test_the_checkpoint_loads_its_config_and_experts(tmp_path, moe, write):
         np.testing.assert_array_equal(flat(checkpoint.params)[key], value, err_msg=key)
 
 
-def test_prefill_chunks_and_decodes_match_the_reference(moe):
-    name, config, params = moe
+def check_chunks_and_decodes_against_the_reference(config, params):
+    """A prompt in two chunks, then four decodes, through a ModelRunner, against the NumPy forward."""
     expected = forward(config, params, PROMPT)
     runner = ModelRunner(config, RUNNER, params)
     start = 0
@@ -71,6 +71,11 @@ def test_prefill_chunks_and_decodes_match_the_reference(moe):
         logits = runner.hidden_logits([RowPlan(PROMPT[start:start + size], start, list(range(2, 10)))])
         assert relative_error(logits, expected[start:start + size]) < 1e-4, f"tokens {start}..{start + size}"
         start += size
+
+
+def test_prefill_chunks_and_decodes_match_the_reference(moe):
+    _, config, params = moe
+    check_chunks_and_decodes_against_the_reference(config, params)
 
 
 def first_layer_routes(config, params, tokens):
@@ -218,13 +223,7 @@ def test_the_grouped_form_serves_the_reference_s_logits(moe, monkeypatch):
     _, config, params = moe
     monkeypatch.setattr(moe_module, "gathered", grouped)
     monkeypatch.setattr(moe_module, "dense", grouped)
-    expected = forward(config, params, PROMPT)
-    runner = ModelRunner(config, RUNNER, params)
-    start = 0
-    for size in (13, 13, 1, 1, 1, 1):
-        logits = runner.hidden_logits([RowPlan(PROMPT[start:start + size], start, list(range(2, 10)))])
-        assert relative_error(logits, expected[start:start + size]) < 1e-4, f"tokens {start}..{start + size}"
-        start += size
+    check_chunks_and_decodes_against_the_reference(config, params)
 
 
 def log_softmax(logits):

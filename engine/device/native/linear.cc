@@ -28,7 +28,7 @@ namespace {
 // The tiles: rows x tokens of outputs whose sums stay in registers. Up to kFewTokens tokens
 // a tile takes one row, widened in registers as read: each row is read whole before the
 // next, one stream the hardware prefetcher follows (a tile of 2 or 4 rows side by side, 2-4
-// streams, read the 56 MB head at half the rate). Past that a chunk's rows are widened once
+// streams, read a 56 MB bfloat16 head at half the rate). Past that a chunk's rows are widened once
 // and meet tiles of kRowTile rows x kManyTokens tokens (16 sums in registers; 4 x 3, 4 x 6,
 // 6 x 4 and 8 x 2 measured within the noise of it).
 constexpr int kFewTokens = 4;
