@@ -3,7 +3,11 @@ thread of the test process, serving the embedded SmolLM2-135M-Instruct.
 
 One server per session, shared by every module that asks for `live_server` (its base URL);
 `live_state` gives the server's ServerState, to look at the engine from the test. The
-engine is small (16 sequences, four compiled token buckets) to keep start-up short."""
+engine is small (16 sequences, four compiled token buckets) to keep start-up short, and
+otherwise serves as `flint serve` does: quantization, cache dtype and CPU kernels left to
+"auto" (int8 weights through the native kernels, values cached in float8, where they are
+built), so every live test runs the path users run (tests/e2e/test_served_defaults_live.py
+checks it is that path)."""
 
 from __future__ import annotations
 
@@ -16,14 +20,14 @@ from api_helpers import live_app
 from api.core.state import ServerState
 from api.server.app import create_app
 from api.server.settings import Settings
-from engine.config import EngineConfig
+from engine.config import AUTO, EngineConfig
 
 # Buckets: 1 and 8 for the decodes of one stream and of a few choices, 32 and 128 for
 # prompts. A step's cost on the CPU follows its bucket's rows (a one-row step is a
 # matrix-vector product), so the decodes most tests run would take several times longer in
 # the 32 bucket; each bucket costs a few seconds of compile, once.
 LIVE_ENGINE = EngineConfig(max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=128,
-                           token_buckets=(1, 8, 32, 128), num_pages=400)
+                           token_buckets=(1, 8, 32, 128), num_pages=400, quantization=AUTO)
 START_TIMEOUT = 900  # seconds: compiling SmolLM2 on a busy 2-core machine is slow
 
 

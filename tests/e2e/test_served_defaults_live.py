@@ -1,13 +1,15 @@
-"""The served defaults: SmolLM2 exactly as `flint serve` with no flags serves it (auto
-quantization: int8 weights through the native CPU kernels; the auto cache: keys in bfloat16,
-values in float8), through HTTP with the `openai` SDK.
+"""The served defaults: SmolLM2 on the path `flint serve` takes with no flags (auto
+quantization: int8 weights through the native CPU kernels; the auto cache: keys in
+bfloat16, values in float8), through HTTP with the `openai` SDK. The session's live server
+(tests/e2e/conftest.py) serves that path, with fewer sequences and buckets, so that every
+live test runs it too; the first test checks that the two resolve alike.
 
 A row's result must not depend on what shares or went before its steps, so its logprobs are
 compared bit for bit (`==`, never a tolerance): alone and inside a busy batch of other
 prompts of other lengths; streamed and unstreamed; cold, from the prefix cache, and after a
 shorter shared prefix; whole and in chunks; one choice and four with seeds of their own;
 with a predicted output verified in steps of many tokens and without; and a seeded tool call
-streamed and unstreamed. Each scenario also checks that it happened (the cache's hits, the
+streamed and unstreamed. Beams, which return no logprobs, compare their tokens. Each scenario also checks that it happened (the cache's hits, the
 chunks, the batch's company), so a test cannot pass by not exercising its case.
 """
 
@@ -18,40 +20,21 @@ import json
 import threading
 import time
 
-import openai
 import pytest
-from api_helpers import live_app
 
-from api.server.app import create_app
 from api.server.cli import build_parser
 from api.server.serve import settings_from_args
 from engine.device.attention import NATIVE_CPU
 from engine.device.native import available as native_available
 
-START_TIMEOUT = 900
 SEEDED = {"temperature": 1.0, "top_p": 0.95, "seed": 1234}
 WORDS = ("river stone lantern harbor meadow copper violet thunder orchard candle basket pepper "
          "mirror ladder saddle marble feather willow canyon pebble").split()
 
 
 @pytest.fixture(scope="module")
-def served(smollm2_checkpoint, tmp_path_factory):
-    """(the app's ServerState, an `openai` client) of a server built from `flint serve`'s
-    own flags, none given but the data directory."""
-    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path_factory.mktemp("defaults-data"))])
-    app = create_app(settings_from_args(args))
-    with live_app(app, timeout=START_TIMEOUT) as base_url:
-        yield app.state.server, openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def state(served):
-    return served[0]
-
-
-@pytest.fixture(scope="module")
-def sdk(served):
-    return served[1]
+def state(live_state):
+    return live_state
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +56,13 @@ def logprobs_of(choice) -> tuple[list, list]:
     return choice.logprobs.tokens, choice.logprobs.token_logprobs
 
 
-def test_the_server_runs_the_served_defaults(state):
-    """What the rest of this module tests: int8 weights, the native kernels, float8 values."""
+def test_the_server_runs_the_served_defaults(state, tmp_path):
+    """What the rest of this module tests: int8 weights, the native kernels, float8 values,
+    each left to "auto" as `flint serve`'s own flags leave it."""
+    served = settings_from_args(build_parser().parse_args(["serve", "--data-dir", str(tmp_path)])).engine
+    live = state.settings.engine
+    choices = ("quantization", "kv_cache_dtype", "cpu_kernels", "attention", "dtype")
+    assert [getattr(live, name) for name in choices] == [getattr(served, name) for name in choices]
     runner = state.engine.engine.runner
     assert native_available()
     assert (runner.cpu_kernels, runner.attention, runner.kv_cache_dtype) == ("native", NATIVE_CPU, "float8_values")
@@ -101,20 +89,43 @@ def streams_in_the_background(sdk, model, prompts, started: threading.Barrier, e
     return threads
 
 
-def test_a_seeded_request_is_the_same_bits_alone_and_in_a_busy_batch(sdk, model, smollm2_tokenizer):
-    prompt = words_prompt(smollm2_tokenizer, 40, salt=1)
-    alone = completion(sdk, model, prompt, **SEEDED).choices[0]
-    others = [words_prompt(smollm2_tokenizer, length, salt=10 + length) for length in (5, 17, 33, 64, 90, 128, 200, 300)]
+def during_a_busy_batch(sdk, model, tokenizer, call):
+    """call() while eight other prompts of other lengths decode, each from before it starts
+    to after it ends (checked)."""
+    others = [words_prompt(tokenizer, length, salt=10 + length) for length in (5, 17, 33, 64, 90, 128, 200, 300)]
     started, ends = threading.Barrier(len(others) + 1, timeout=300), []
     threads = streams_in_the_background(sdk, model, others, started, ends)
     started.wait()  # every other stream is decoding
-    busy = completion(sdk, model, prompt, **SEEDED).choices[0]
+    result = call()
     finished = time.monotonic()
     for thread in threads:
         thread.join(timeout=300)
     assert len(ends) == len(others) and all(end > finished for end in ends), "the batch was not busy throughout"
+    return result
+
+
+def test_a_seeded_request_is_the_same_bits_alone_and_in_a_busy_batch(sdk, model, smollm2_tokenizer):
+    prompt = words_prompt(smollm2_tokenizer, 40, salt=1)
+    alone = completion(sdk, model, prompt, **SEEDED).choices[0]
+    busy = during_a_busy_batch(sdk, model, smollm2_tokenizer,
+                               lambda: completion(sdk, model, prompt, **SEEDED).choices[0])
     assert logprobs_of(busy) == logprobs_of(alone)
     assert busy.text == alone.text
+
+
+def test_beams_are_the_same_alone_and_in_a_busy_batch(sdk, model, smollm2_tokenizer):
+    """Beam search (which returns no logprobs): each beam's tokens, and the beams' order by
+    their summed logprobs, whatever shares the steps."""
+    prompt = words_prompt(smollm2_tokenizer, 24, salt=7)
+
+    def beams():
+        choices = sdk.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0.0,
+                                         extra_body={"num_beams": 3, "return_token_ids": True}).choices
+        return [choice.model_extra["tokens"] for choice in sorted(choices, key=lambda choice: choice.index)]
+
+    alone = beams()
+    assert len({tuple(tokens) for tokens in alone}) == 3
+    assert during_a_busy_batch(sdk, model, smollm2_tokenizer, beams) == alone
 
 
 def test_streamed_and_unstreamed_are_the_same_bits(sdk, model, smollm2_tokenizer):
@@ -182,9 +193,9 @@ def chunks_of(chunks: dict[str, list[int]], prompt_tokens: int) -> list[int]:
 
 
 def test_a_long_prompt_is_the_same_bits_whole_and_in_chunks(sdk, model, state, smollm2_tokenizer):
-    """508 tokens fit a step of the default 512 whole; beside eight decoding streams the
-    step has room for 504, and the prompt goes in two chunks."""
-    prompt = words_prompt(smollm2_tokenizer, 508, salt=5)
+    """A prompt 4 tokens short of the step's budget fits a step whole; beside eight decoding
+    streams the step has room for 4 tokens fewer than it, and the prompt goes in chunks."""
+    prompt = words_prompt(smollm2_tokenizer, state.settings.engine.max_num_batched_tokens - 4, salt=5)
     chunks = recording_prompt_chunks(state)
     try:
         whole = completion(sdk, model, prompt, **SEEDED, extra_body={"prompt_cache_isolation_key": "whole"})

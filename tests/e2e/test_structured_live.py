@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+from typing import Annotated
 
 import jsonschema
 import pytest
@@ -48,9 +49,9 @@ class Review(BaseModel):  # enums
     stars: int = Field(ge=1, le=5)
 
 
-class ShoppingList(BaseModel):  # arrays
+class ShoppingList(BaseModel):  # arrays (of bounded strings: the reply must end within its tokens)
     shop: str = Field(max_length=30)
-    items: list[str] = Field(min_length=1, max_length=5)
+    items: list[Annotated[str, Field(max_length=30)]] = Field(min_length=1, max_length=5)
     quantities: list[int] = Field(max_length=5)
 
 
