@@ -14,7 +14,9 @@ steps (`write_slot`), so loading an adapter compiles nothing. A slot never writt
 cleared, is zeros and adds nothing.
 
 With no slots (EngineConfig.max_loras 0) the layers have no LoRA weights and the step is
-compiled exactly as without LoRA.
+compiled exactly as without LoRA. Under the native CPU kernels the slots are laid out as the
+kernel reads a weight, and both products go through it (engine/device/lora_native.py), so
+that an adapted row's result does not depend on what shares its step.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.config import EngineConfig, ModelConfig
+from engine.device import lora_native
+from engine.device.native import ops as native_ops
+from engine.device.weights import Int8Weight
 from engine.loader.lora import LoraAdapter, projection_shapes
 
 # A fused served projection (engine/device/weights.py FUSED) -> its PEFT modules, in the
@@ -47,15 +52,32 @@ def adapted_modules(group: str, engine: EngineConfig, model: ModelConfig) -> tup
                  and (dense_mlp or group in ("wqkv", "wo")))
 
 
-def empty_slots(model: ModelConfig, engine: EngineConfig, dtype) -> dict:
-    """The layers' LoRA weights, all zeros: `max_loras` slots of rank `max_lora_rank`."""
+def adapted_groups(engine: EngineConfig, model: ModelConfig) -> dict[str, tuple[str, ...]]:
+    return {group: adapted_modules(group, engine, model) for group in GROUPS}
+
+
+def native_slots(model: ModelConfig, engine: EngineConfig, native_linear: bool, layers: dict) -> bool:
+    """Whether the slots are laid out for the native kernels: where the projections they
+    adapt go through them (int8, under `native_linear`: engine/models/layers.py
+    native_layer_weights), and the kernel serves the slots' shapes. A float model's slots
+    stay in its own precision, beside its XLA products."""
+    groups = {group: modules for group, modules in adapted_groups(engine, model).items() if modules}
+    served = all(isinstance(layers.get(group), Int8Weight) and native_ops.serves(layers[group]) for group in groups)
+    return (native_linear and engine.max_loras > 0 and served
+            and lora_native.fits(groups, projection_shapes(model)))
+
+
+def empty_slots(model: ModelConfig, engine: EngineConfig, dtype, native: bool = False) -> dict:
+    """The layers' LoRA weights, all zeros: `max_loras` slots of rank `max_lora_rank`; in
+    the native kernels' layout where `native` (`native_slots`)."""
     if not engine.max_loras:
         return {}
     shapes = projection_shapes(model)
+    if native:
+        return lora_native.empty_slots(model, engine, adapted_groups(engine, model), shapes, PREFIX)
     width = engine.max_loras * engine.max_lora_rank
     weights = {}
-    for group in GROUPS:
-        modules = adapted_modules(group, engine, model)
+    for group, modules in adapted_groups(engine, model).items():
         if not modules:
             continue
         inner = shapes[modules[0]][1]
@@ -75,6 +97,7 @@ class RowAdapters:
 
     onehot: jax.Array  # [tokens, slots]: 1 at the token's row's slot; all 0 for the base and padding
     widths: dict  # PEFT module -> output width, for the columns of modules no slot adapts
+    rank: int  # of every slot (max_lora_rank)
 
     def add(self, out, x, weights: dict, group: str):
         """`out` = x W of the fused projection `group`, plus each token's adapter's (scale) x A B."""
@@ -83,24 +106,31 @@ class RowAdapters:
             return out
         modules = [module for module in GROUPS[group] if f"{PREFIX}b_{group}_{module}" in weights]
         num_tokens, num_slots = x.shape[0], self.onehot.shape[1]
-        xa = (x @ a).reshape(num_tokens, len(modules), num_slots, -1)
+        if lora_native.is_native_slot(a):
+            xa = lora_native.a_products(x, a, len(modules) * num_slots * self.rank)
+        else:
+            xa = x @ a
+        xa = xa.reshape(num_tokens, len(modules), num_slots, self.rank)
         xa = (xa * self.onehot[:, None, :, None].astype(xa.dtype)).reshape(num_tokens, len(modules), -1)
         parts = []
         for module in GROUPS[group]:
             if module in modules:
-                parts.append(xa[:, modules.index(module)] @ weights[f"{PREFIX}b_{group}_{module}"])
+                b = weights[f"{PREFIX}b_{group}_{module}"]
+                part = xa[:, modules.index(module)]
+                parts.append(lora_native.b_product(part, b) if lora_native.is_native_slot(b) else part @ b)
             else:
                 parts.append(jnp.zeros((num_tokens, self.widths[module]), out.dtype))
         return out + jnp.concatenate(parts, axis=-1).astype(out.dtype)
 
 
-def row_adapters(model: ModelConfig, slots: jax.Array, token_rows: jax.Array, num_slots: int) -> RowAdapters | None:
+def row_adapters(model: ModelConfig, slots: jax.Array, token_rows: jax.Array, num_slots: int,
+                 rank: int) -> RowAdapters | None:
     """The RowAdapters of a batch whose row r uses slot slots[r] (-1: the base); None without slots."""
     if not num_slots:
         return None
     token_slots = jnp.where(token_rows >= 0, slots[jnp.maximum(token_rows, 0)], -1)
     widths = {module: shape[0] for module, shape in projection_shapes(model).items()}
-    return RowAdapters(jax.nn.one_hot(token_slots, num_slots, dtype=jnp.float32), widths)
+    return RowAdapters(jax.nn.one_hot(token_slots, num_slots, dtype=jnp.float32), widths, rank)
 
 
 def slot_values(adapter: LoraAdapter | None, model: ModelConfig, engine: EngineConfig) -> dict:
@@ -137,10 +167,13 @@ def check_fits(adapter: LoraAdapter, model: ModelConfig, engine: EngineConfig) -
                          f"LoRA targets ({', '.join(sorted(served))}) leave out")
 
 
-def write_slot(weight: jax.Array, slot, value: jax.Array, num_slots: int) -> jax.Array:
+def write_slot(weight: jax.Array, slot, value: jax.Array, num_slots: int, native: bool = False) -> jax.Array:
     """`weight` (a lora_a [layers, in, modules x slots x rank] or lora_b [layers, slots x
     rank, out]) with slot `slot` replaced by `value` (slot_values' shape); or one layer's of
-    each, without the leading axis (the layers stored one array per layer)."""
+    each, without the leading axis (the layers stored one array per layer); or, `native`,
+    either in the native kernels' layout (engine/device/lora_native.py)."""
+    if native:
+        return lora_native.write_slot(weight, slot, value, num_slots)
     if weight.ndim == 2:
         return write_slot(weight[None], slot, value[None], num_slots)[0]
     if weight.ndim == 3 and value.ndim == 4:  # A: the slot is the middle of the last axis's (modules, slots, rank)

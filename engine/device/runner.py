@@ -21,13 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.config import UNROLLED, EngineConfig, ModelConfig
+from engine.config import SCAN, UNROLLED, EngineConfig, ModelConfig
 from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.bucket_programs import BucketPrograms, StepProgram
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
 from engine.device.kv_cache import COPY_BATCH, copy_pages, holds_float8, init_kv_cache, kv_cache_dtype
-from engine.device.lora import empty_slots, slot_values, write_slot
+from engine.device.lora import empty_slots, native_slots, slot_values, write_slot
 from engine.device.native import NATIVE
 from engine.device.native import target_names as native_target_names
 from engine.device.native import resolve as resolve_cpu_kernels
@@ -57,8 +57,6 @@ class ModelRunner:
         # Weights restored straight onto the mesh (Orbax) stay there; host arrays are placed.
         weights = served if served is not None else serving_weights(model_config, params, engine_config.dtype,
                                                                     engine_config.quantization)
-        weights["layers"].update(empty_slots(model_config, engine_config, engine_config.dtype))
-        weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         shape = (engine_config.dtype, model_config.head_dim, model_config.num_heads, model_config.num_kv_heads,
                  engine_config.page_size)
         # The kernel's start-up check runs a step of the smallest and of the largest bucket.
@@ -75,9 +73,15 @@ class ModelRunner:
         attention = attention_for(self.attention, self.mesh, model_config.num_kv_heads)
         per_layer = reads_a_cache_per_layer(self.attention)  # the TPU kernel's cache layout
         self.layer_loop = layer_loop_for(engine_config.layer_loop, jax.default_backend(), per_layer)
+        native_linear = self.cpu_kernels == NATIVE and self.layer_loop == SCAN
+        # Adapter slots in the native kernels' layout where their products go through them.
+        self.native_slots = native_slots(model_config, engine_config, native_linear, weights["layers"])
+        weights["layers"].update(empty_slots(model_config, engine_config, engine_config.dtype, self.native_slots))
+        weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         decoder = family_of(model_config).decoder(model_config, weights, attention, self.layer_loop,
                                                   lora_slots=engine_config.max_loras,
-                                                  native_linear=self.cpu_kernels == NATIVE)
+                                                  native_linear=self.cpu_kernels == NATIVE,
+                                                  lora_rank=engine_config.max_lora_rank, native_lora=self.native_slots)
         self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype,
                                       native=self.cpu_kernels == NATIVE)
@@ -92,7 +96,7 @@ class ModelRunner:
                                    compiler_options=engine_config.compiler_options)
         self._copy_pages = jax.jit(copy_pages, donate_argnums=(0,))
         # Not donated: a step already dispatched may still read the slot's old weights.
-        self._write_slot = jax.jit(write_slot, static_argnums=(3,))
+        self._write_slot = jax.jit(write_slot, static_argnums=(3, 4))
         # On a multi-host leader: publishes each device operation for the followers to
         # replay (engine/device/multihost.py), before it starts here.
         self.publish: Callable[[tuple], None] | None = None
@@ -269,7 +273,8 @@ class ModelRunner:
             targets = ([(layer_key(name, index), value[index]) for index in range(self.model_config.num_layers)]
                        if per_layer else [(name, value)])
             for key, part in targets:
-                layers[key] = self._write_slot(layers[key], np.int32(slot), part, self.config.max_loras)
+                layers[key] = self._write_slot(layers[key], np.int32(slot), part, self.config.max_loras,
+                                               self.native_slots)
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV pages (source, destination) on the device, in dispatch order: after every

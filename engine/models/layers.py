@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
-from engine.device.lora import RowAdapters
+from engine.device.lora import RowAdapters, is_lora_weight
 from engine.device.native import ops as native_ops
 from engine.device.weights import Int8Weight, dequantize
 
@@ -174,16 +174,19 @@ def layer_weights(stacked, index):
     return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
 
 
-def native_layer_weights(stacked: dict, index) -> dict:
+def native_layer_weights(stacked: dict, index, native_lora: bool = False) -> dict:
     """Layer `index` (traced, in a scan) of the stacked weights for the native CPU kernels:
-    each int8 projection they serve as the whole stack and the index, read in place; the
-    rest sliced out (norms, biases, adapter slots: small)."""
-    def at(weight):
+    each int8 projection they serve as the whole stack and the index, read in place, and the
+    adapter slots too where they are in the kernels' layout (`native_lora`,
+    engine/device/lora_native.py); the rest sliced out (norms, biases)."""
+    def at(name, weight):
         if isinstance(weight, Int8Weight) and native_ops.serves(weight):
+            return native_ops.at_layer(weight, index)
+        if native_lora and is_lora_weight(name):
             return native_ops.at_layer(weight, index)
         return layer_weights(weight, index)
 
-    return {name: at(weight) for name, weight in stacked.items()}
+    return {name: at(name, weight) for name, weight in stacked.items()}
 
 
 def replace_embeddings(x, rows, token_index):

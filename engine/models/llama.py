@@ -55,11 +55,13 @@ class Llama(Decoder):
     """A Llama-family decoder over a paged KV cache, on the served weights of engine/device/weights.py."""
 
     def __init__(self, config: ModelConfig, weights: dict, attention: Attention, layer_loop: str = SCAN,
-                 lora_slots: int = 0, native_linear: bool = False):
+                 lora_slots: int = 0, native_linear: bool = False, lora_rank: int = 0, native_lora: bool = False):
         self.config = config
         # The int8 projections through the native CPU kernel (engine/device/native), under a scan.
         self.native_linear = native_linear and layer_loop == SCAN
         self.lora_slots = lora_slots  # LoRA adapter slots in the layers' weights (engine/device/lora.py)
+        self.lora_rank = lora_rank  # of each slot
+        self.native_lora = native_lora and self.native_linear  # the slots in the native kernels' layout
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.compute_dtype = jnp.dtype(weights["embed"].dtype)
@@ -91,7 +93,7 @@ class Llama(Decoder):
         the layers route to experts (None otherwise: `feed_forward`'s second value)."""
         x = replace_embeddings(self.embed_tokens(batch.token_ids), batch.embedding_rows, batch.embedding_token_index)
         slots = table_slots(batch.block_tables, batch.token_rows, batch.positions, kv_cache.page_size)
-        adapters = row_adapters(self.config, batch.row_adapters, batch.token_rows, self.lora_slots)
+        adapters = row_adapters(self.config, batch.row_adapters, batch.token_rows, self.lora_slots, self.lora_rank)
         step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope(), adapters)
         if self.layer_loop == SCAN:
             stacked = self.layout.stacked(self.state["layers"])
@@ -99,7 +101,7 @@ class Llama(Decoder):
             def scanned(carry, weights):
                 x, cache, index = carry
                 if weights is None:  # the native kernels read the stacked weights at the index
-                    weights = native_layer_weights(stacked, index)
+                    weights = native_layer_weights(stacked, index, self.native_lora)
                 x, cache, routing = self.layer(x, cache, index, weights, step)
                 return (x, cache, index + 1), routing
 
