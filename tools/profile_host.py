@@ -1,0 +1,180 @@
+"""The engine's host cost per step, measured without an accelerator (issue 47 [2/5], point 1).
+
+A model whose device step costs next to nothing (1 layer, hidden 64, a vocabulary of 512,
+random weights, on the CPU) runs N sequences decoding together, so that what a step costs
+is the host's: Python and NumPy around the device call. Each stage's time is taken by
+wrapping the engine's own methods for the run (nothing in the engine changes):
+
+    schedule    Scheduler.schedule: admission, pages, preemption
+    plan        Engine.plan: each row's plan (block table, sampling row, masks)
+    pack        ModelRunner.pack: the batch's host arrays
+    launch      ModelRunner.launch / launch_next: the transfer to the device and the call
+    collect     ModelRunner.collect: waiting for the results and copying them back
+    output      OutputStage.process: the scheduler's update, stop checks, outputs, of which
+      detokenize  IncrementalDetokenizer.push
+      stops       StopStringMatcher.feed
+    masks       GrammarMasks.start (grammar masks for the next step)
+    other       the rest of Engine.step
+
+A step here is one call of Engine.step, which runs a window of up to max_decode_steps
+decode steps per device call when every row decodes (engine/host/decode_window.py); the
+report gives the cost per call, per decode step (a token for every row) and per token of a
+row. The device's own time is in it (launch and collect wait for the CPU's computation),
+small at this size but not nothing: compare with --max-decode-steps 1.
+
+    .venv/bin/python tools/profile_host.py --sequences 1 64 256 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import defaultdict
+from contextlib import ExitStack, contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.config import EngineConfig, ModelConfig  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.host.output import OutputStage  # noqa: E402
+from engine.host.request import Request, SamplingParams, StopCriteria  # noqa: E402
+from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+from engine.loader.serving import tokenizer_for  # noqa: E402
+from engine.loader.source import ModelSource  # noqa: E402
+from engine.models.params import random_params  # noqa: E402
+from engine.text.stop_strings import StopStringMatcher  # noqa: E402
+from engine.text.tokenizer import IncrementalDetokenizer  # noqa: E402
+
+STAGES = ("schedule", "plan", "pack", "launch", "collect", "output", "detokenize", "stops", "masks", "other")
+# Stages inside another: not added again to find "other".
+INSIDE = {"detokenize": "output", "stops": "output"}
+TINY = ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
+                   num_kv_heads=1, head_dim=32)
+PROMPT_TOKENS = 16
+
+
+class StageClock:
+    """Seconds spent in each stage, from the moment `counting` is set."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.counting = False
+
+    def wrap(self, owner, name: str, stage: str, stack: ExitStack) -> None:
+        """owner.name (a class's method or an object's) timed as `stage` until `stack` closes."""
+        original = getattr(owner, name)
+        clock = self
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if clock.counting:
+                    clock.seconds[stage] += time.perf_counter() - started
+
+        setattr(owner, name, timed)
+        stack.callback(setattr, owner, name, original)
+
+
+def tiny_engine(num_sequences: int, max_decode_steps: int) -> Engine:
+    """The tiny model's engine, its buckets compiled, room for `num_sequences` rows."""
+    tokenizer = tokenizer_for(load_checkpoint(None))
+    checkpoint = Checkpoint(TINY, random_params(TINY, seed=0),
+                            ModelSource(id="tiny-host", path=None, format="hf", context_length=512))
+    budget = max(64, num_sequences)
+    # Two buckets: the decodes' (every row a token) and the prompts'; no other is ever used.
+    config = EngineConfig(max_model_len=512, max_num_seqs=num_sequences, max_num_batched_tokens=budget,
+                          token_buckets=tuple(sorted({num_sequences, budget})), num_pages=num_sequences * 28 + 40,
+                          max_decode_steps=max_decode_steps, quantization="none")
+    engine = Engine(checkpoint, tokenizer, config)
+    engine.runner.warmup()
+    return engine
+
+
+def requests(num_sequences: int, max_tokens: int) -> list[Request]:
+    return [Request(f"r{index}", [(index * 7 + offset) % TINY.vocab_size for offset in range(PROMPT_TOKENS)],
+                    SamplingParams(temperature=0.0),
+                    StopCriteria(max_tokens=max_tokens, ignore_eos=True, strings=("never said",)))
+            for index in range(num_sequences)]
+
+
+@contextmanager
+def clocked(engine: Engine):
+    clock = StageClock()
+    with ExitStack() as stack:
+        clock.wrap(engine.scheduler, "schedule", "schedule", stack)
+        clock.wrap(engine, "plan", "plan", stack)
+        clock.wrap(engine.runner, "pack", "pack", stack)
+        clock.wrap(engine.runner, "launch", "launch", stack)
+        clock.wrap(engine.runner, "launch_next", "launch", stack)
+        clock.wrap(engine.runner, "collect", "collect", stack)
+        clock.wrap(OutputStage, "process", "output", stack)
+        clock.wrap(IncrementalDetokenizer, "push", "detokenize", stack)
+        clock.wrap(StopStringMatcher, "feed", "stops", stack)
+        clock.wrap(engine.masks, "start", "masks", stack)
+        yield clock
+
+
+def measure(num_sequences: int, steps: int, max_decode_steps: int) -> dict:
+    """Host seconds per Engine.step by stage, once every sequence decodes."""
+    engine = tiny_engine(num_sequences, max_decode_steps)
+    for request in requests(num_sequences, max_tokens=400):
+        engine.add_request(request)
+    with clocked(engine) as clock:
+        while engine.scheduler.num_waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
+            engine.step()  # admit and prefill every sequence first
+        clock.counting = True
+        tokens_before = sum(seq.num_output_tokens for seq in engine.scheduler.running)
+        started = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        wall = time.perf_counter() - started
+        tokens = sum(seq.num_output_tokens for seq in engine.scheduler.running) - tokens_before
+    seconds = dict(clock.seconds)
+    seconds["other"] = wall - sum(value for stage, value in seconds.items() if stage not in INSIDE)
+    decode_steps = tokens / num_sequences  # every row gains a token a decode step
+    return {"sequences": num_sequences, "steps": steps, "tokens": tokens, "wall_s": wall,
+            "ms_per_step": {stage: 1e3 * seconds.get(stage, 0.0) / steps for stage in STAGES},
+            "total_ms_per_step": 1e3 * wall / steps,
+            "ms_per_decode_step": 1e3 * wall / max(decode_steps, 1),
+            "us_per_row_token": 1e6 * wall / max(tokens, 1)}
+
+
+def table(results: list[dict]) -> str:
+    header = "| sequences | ms a step | ms a decode step | µs a row's token | " + " | ".join(STAGES) + " |"
+    lines = [header, "| " + " | ".join("---" for _ in range(4 + len(STAGES))) + " |"]
+    for result in results:
+        stages = " | ".join(f"{result['ms_per_step'][stage]:.2f}" for stage in STAGES)
+        lines.append(f"| {result['sequences']} | {result['total_ms_per_step']:.2f} | "
+                     f"{result['ms_per_decode_step']:.2f} | {result['us_per_row_token']:.1f} | {stages} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sequences", type=int, nargs="+", default=[1, 64, 256, 512])
+    parser.add_argument("--steps", type=int, default=30, help="Engine.step calls measured at each count")
+    parser.add_argument("--max-decode-steps", type=int, default=EngineConfig.max_decode_steps,
+                        help="decode steps a device call may run (1: a call a token)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    results = [measure(count, args.steps, args.max_decode_steps) for count in args.sequences]
+    print(f"machine: {platform.processor() or platform.machine()}; "
+          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; max_decode_steps {args.max_decode_steps}")
+    print(f"command: python tools/profile_host.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print("ms a step: one Engine.step (a window of decode steps a device call); stages in ms a step; "
+          "detokenize and stops are inside output")
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
