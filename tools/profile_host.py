@@ -28,6 +28,7 @@ small at this size but not nothing: compare with --max-decode-steps 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import sys
@@ -82,9 +83,15 @@ class StageClock:
         stack.callback(setattr, owner, name, original)
 
 
+@functools.cache
+def smollm2_tokenizer():
+    """The embedded SmolLM2's tokenizer, read once for every count of sequences."""
+    return tokenizer_for(load_checkpoint(None))
+
+
 def tiny_engine(num_sequences: int, max_decode_steps: int) -> Engine:
     """The tiny model's engine, its buckets compiled, room for `num_sequences` rows."""
-    tokenizer = tokenizer_for(load_checkpoint(None))
+    tokenizer = smollm2_tokenizer()
     checkpoint = Checkpoint(TINY, random_params(TINY, seed=0),
                             ModelSource(id="tiny-host", path=None, format="hf", context_length=512))
     budget = max(64, num_sequences)

@@ -80,7 +80,7 @@ class ModelRunner:
         weights = jax.device_put(weights, served_shardings(self.mesh, weights))
         decoder = family_of(model_config).decoder(model_config, weights, attention, self.layer_loop,
                                                   lora_slots=engine_config.max_loras,
-                                                  native_linear=self.cpu_kernels == NATIVE,
+                                                  native_linear=native_linear,
                                                   lora_rank=engine_config.max_lora_rank, native_lora=self.native_slots)
         self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
         self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype,

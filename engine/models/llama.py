@@ -61,7 +61,7 @@ class Llama(Decoder):
         self.native_linear = native_linear and layer_loop == SCAN
         self.lora_slots = lora_slots  # LoRA adapter slots in the layers' weights (engine/device/lora.py)
         self.lora_rank = lora_rank  # of each slot
-        self.native_lora = native_lora and self.native_linear  # the slots in the native kernels' layout
+        self.native_lora = native_lora  # the slots in the native kernels' layout (engine/device/lora_native.py)
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.compute_dtype = jnp.dtype(weights["embed"].dtype)
