@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.device.native.ops import PackedWeight, unpacked
+
 
 def rms_norm(x, weight, eps):
     variance = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
@@ -114,6 +116,8 @@ def served_head(runner, params: dict) -> dict:
     embed = runner.state["embed"]
     if not hasattr(embed, "scales"):
         return params
+    if isinstance(embed, PackedWeight):  # as the native kernels read it
+        embed = unpacked(embed)
     group = embed.values.shape[-1] // embed.scales.shape[-1]
     return {name: int8_rounded(np.asarray(value, np.float32), group) if name in ("embed", "lm_head") else value
             for name, value in params.items()}

@@ -4,10 +4,11 @@ row's result does not depend on its neighbours either.
 XLA's CPU matmul orders its sums by the count of rows (README, "A row's result does not
 depend on its neighbours"), so slots multiplied by it gave an adapted row other bits in a
 busy step than alone. Under the native kernels the slots are kept as the kernel reads a
-weight, [out, in] in bfloat16, and both products of the adapter go through it, one order of
-sums whatever shares the call:
-- `lora_a_<group>` [layers, modules x slots x rank (to whole tiles of rows), in];
-- `lora_b_<group>_<module>` [layers, out, slots x rank (to whole blocks of inputs)].
+weight, [out, in] in bfloat16 packed in its blocks (engine/device/native/ops.py `packed`, at
+the model's start), and both products of the adapter go through it, one order of sums
+whatever shares the call:
+- `lora_a_<group>` [layers, modules x slots x rank (to whole blocks of rows), in];
+- `lora_b_<group>_<module>` [layers, out, slots x rank (to whole steps of inputs)].
 The padding is zeros, and the rows and columns past slots x rank are never read back. An
 adapter is kept in bfloat16 here (as PEFT files mostly hold them); its inputs are rounded to
 bfloat16 by the kernel, as every product's are.
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.config import EngineConfig, ModelConfig
+from engine.device import native
 from engine.device.native import ops as native_ops
 
 
@@ -29,37 +31,44 @@ def padded(count: int, multiple: int) -> int:
 def fits(groups: dict[str, tuple[str, ...]], shapes: dict) -> bool:
     """Whether the kernel serves every product of the slots of `groups` (fused projection ->
     its adapted modules): each input width a whole number of blocks, each output a whole
-    number of tiles of rows. (The slots' own widths are padded to fit.)"""
+    number of blocks of rows. (The slots' own widths are padded to fit.)"""
+    rows, step = native.block_shape()
     for modules in groups.values():
         if not modules:
             continue
-        if shapes[modules[0]][1] % native_ops.BLOCK:
+        if shapes[modules[0]][1] % step:
             return False
-        if any(shapes[module][0] % native_ops.ROW_TILE for module in modules):
+        if any(shapes[module][0] % rows for module in modules):
             return False
     return True
 
 
 def empty_slots(model: ModelConfig, engine: EngineConfig, groups: dict[str, tuple[str, ...]], shapes: dict,
                 prefix: str) -> dict:
-    """The slots' weights in the kernel's layout, all zeros."""
+    """The slots' weights in the kernel's shapes, all zeros (packed with the model's state)."""
     width = engine.max_loras * engine.max_lora_rank
+    block_rows, step = native.block_shape()
     weights = {}
     for group, modules in groups.items():
         if not modules:
             continue
         inner = shapes[modules[0]][1]
-        rows = padded(len(modules) * width, native_ops.ROW_TILE)
+        rows = padded(len(modules) * width, block_rows)
         weights[f"{prefix}a_{group}"] = jnp.zeros((model.num_layers, rows, inner), jnp.bfloat16)
         for module in modules:
             weights[f"{prefix}b_{group}_{module}"] = jnp.zeros(
-                (model.num_layers, shapes[module][0], padded(width, native_ops.BLOCK)), jnp.bfloat16)
+                (model.num_layers, shapes[module][0], padded(width, step)), jnp.bfloat16)
     return weights
 
 
-def write_slot(weight: jax.Array, slot, value: jax.Array, num_slots: int) -> jax.Array:
+def write_slot(weight: native_ops.PackedWeight, slot, value: jax.Array, num_slots: int) -> native_ops.PackedWeight:
     """`weight` in the kernel's layout with slot `slot` replaced by `value`: an A as
     slot_values gives it [layers, in, modules, rank], or a B [layers, rank, out]."""
+    return native_ops.packed(written(native_ops.unpacked(weight), slot, value, num_slots))
+
+
+def written(weight: jax.Array, slot, value: jax.Array, num_slots: int) -> jax.Array:
+    """An unpacked slot array [layers, out, in] with slot `slot` replaced by `value`."""
     if value.ndim == 4:  # A: rows (modules, slots, rank), each of the input's width
         layers, inner, modules, rank = value.shape
         used = modules * num_slots * rank

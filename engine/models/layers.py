@@ -174,19 +174,30 @@ def layer_weights(stacked, index):
     return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
 
 
-def native_layer_weights(stacked: dict, index, native_lora: bool = False) -> dict:
+def native_layer_weights(stacked: dict, index) -> dict:
     """Layer `index` (traced, in a scan) of the stacked weights for the native CPU kernels:
-    each int8 projection they serve as the whole stack and the index, read in place, and the
-    adapter slots too where they are in the kernels' layout (`native_lora`,
-    engine/device/lora_native.py); the rest sliced out (norms, biases)."""
+    each weight packed for them (`packed_for_native`) as the whole stack and the index, read
+    in place; the rest sliced out (norms, biases)."""
     def at(name, weight):
-        if isinstance(weight, Int8Weight) and native_ops.serves(weight):
-            return native_ops.at_layer(weight, index)
-        if native_lora and is_lora_weight(name):
+        if isinstance(weight, native_ops.PackedWeight):
             return native_ops.at_layer(weight, index)
         return layer_weights(weight, index)
 
     return {name: at(name, weight) for name, weight in stacked.items()}
+
+
+def packed_for_native(state: dict, native_lora: bool) -> dict:
+    """The model's state with each weight the native kernels read packed in their blocks
+    (engine/device/native/ops.py `packed`): the int8 projections they serve, the int8
+    head (and so the embedding, which reads its rows from it), and the adapter slots where
+    they are laid out for the kernels (`native_lora`)."""
+    def pack(name, weight):
+        served = isinstance(weight, Int8Weight) or (native_lora and is_lora_weight(name))
+        return native_ops.packed(weight) if served and native_ops.serves(weight) else weight
+
+    packed = {name: pack(name, weight) for name, weight in state.items() if name != "layers"}
+    packed["layers"] = {name: pack(name, weight) for name, weight in state["layers"].items()}
+    return packed
 
 
 def replace_embeddings(x, rows, token_index):

@@ -35,6 +35,7 @@ from engine.models.layers import (
     linear,
     mlp,
     native_layer_weights,
+    packed_for_native,
     project,
     project_qkv,
     replace_embeddings,
@@ -81,6 +82,8 @@ class Llama(Decoder):
             self.state["lm_head"] = head(weights["lm_head"])
         if "rope_freq_factors" in weights:
             self.state["rope_freq_factors"] = weights["rope_freq_factors"]
+        if self.native_linear:
+            self.state = packed_for_native(self.state, native_lora)
 
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
@@ -101,7 +104,7 @@ class Llama(Decoder):
             def scanned(carry, weights):
                 x, cache, index = carry
                 if weights is None:  # the native kernels read the stacked weights at the index
-                    weights = native_layer_weights(stacked, index, self.native_lora)
+                    weights = native_layer_weights(stacked, index)
                 x, cache, routing = self.layer(x, cache, index, weights, step)
                 return (x, cache, index + 1), routing
 
@@ -119,7 +122,9 @@ class Llama(Decoder):
 
     def embed_tokens(self, token_ids):
         embed = self.state["embed"]
-        if isinstance(embed, Int8Weight):  # the rows of an int8 head, widened
+        if isinstance(embed, native_ops.PackedWeight):  # the rows of an int8 head, widened
+            return dequantize(native_ops.packed_rows(embed, token_ids), self.compute_dtype)
+        if isinstance(embed, Int8Weight):
             return dequantize(Int8Weight(embed.values[token_ids], embed.scales[token_ids]), self.compute_dtype)
         return embed[token_ids].astype(self.compute_dtype)
 
@@ -168,7 +173,7 @@ class Llama(Decoder):
 
     def logits(self, hidden):
         head = self.state.get("lm_head", self.state["embed"])
-        if self.native_linear and native_ops.serves(head):
+        if isinstance(head, native_ops.PackedWeight):
             head = native_ops.at_layer(head, 0)
         return linear(hidden, head).astype(jnp.float32)
 

@@ -5,7 +5,7 @@ Each schema is asked for with five seeds at temperature 1 (one request, n=5: eac
 its own seed) through the `openai` SDK; each answer must validate with `jsonschema`, formats
 included. Strings are bounded so an answer ends well within its token limit (times too:
 llguidance lets a time's fraction of a second run on, and sampled at temperature 1 a small
-model can write digits until its limit).
+model can write digits until its limit; so can an unbounded number).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ NAME = {"type": "string", "minLength": 1, "maxLength": 24}
 SCHEMAS = {
     "flat": {"type": "object", "properties": {"name": NAME, "age": {"type": "integer"}}, "required": ["name", "age"]},
     "enum": {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"]},
-    "const": {"type": "object", "properties": {"kind": {"const": "point"}, "x": {"type": "number"}},
+    "const": {"type": "object", "properties": {"kind": {"const": "point"},
+                                               "x": {"type": "integer", "minimum": -999, "maximum": 999}},
               "required": ["kind", "x"]},
     "bounded_numbers": {"type": "object", "properties": {
         "pct": {"type": "number", "minimum": 0, "maximum": 100},

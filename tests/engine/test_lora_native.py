@@ -14,6 +14,7 @@ from native_kernels import require_native_kernels
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device import runner as runner_module
+from engine.device.native import ops
 from engine.device.runner import ModelRunner
 from engine.device.step_io import RowPlan
 from engine.loader.lora import load_lora
@@ -61,9 +62,12 @@ def logits_of(runner, prompts_and_slots) -> list[np.ndarray]:
 def test_the_slots_are_in_the_kernel_s_layout(native_runner):
     layers = native_runner.state["layers"]
     assert native_runner.native_slots
-    # A: (modules 3 x slots 2 x rank 8) rows of the hidden width; B: q's 128 outputs of 16 inputs, padded to 32.
-    assert layers["lora_a_wqkv"].shape == (2, 48, 128) and layers["lora_a_wqkv"].dtype == jnp.bfloat16
-    assert layers["lora_b_wqkv_q_proj"].shape == (2, 128, 32)
+    # A: (modules 3 x slots 2 x rank 8) rows of the hidden width; B: q's 128 outputs of 16
+    # inputs (whole steps); both packed in the kernel's blocks.
+    a, b = layers["lora_a_wqkv"], layers["lora_b_wqkv_q_proj"]
+    assert isinstance(a, ops.PackedWeight) and isinstance(b, ops.PackedWeight)
+    assert a.shape == (2, 48, 128) and a.values.dtype == jnp.bfloat16
+    assert b.shape == (2, 128, 16)
 
 
 def decode_logits(runner, slot: int, company: list[tuple[list[int], int]]) -> np.ndarray:

@@ -25,6 +25,7 @@ from numpy_reference import int8_rounded, rms_norm, served_head
 from test_loaders import flat
 
 from engine.config import EngineConfig
+from engine.device.native import ops as native_ops
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.weights import Int8Weight
 from engine.engine import Engine
@@ -186,7 +187,10 @@ def test_int8_quantizes_attention_and_leaves_the_experts(moe, cpu_kernels, toler
     config = moe[1].replace(hidden_size=128)
     params = random_params(config, seed=2)
     runner = ModelRunner(config, dataclasses.replace(RUNNER, quantization="int8", cpu_kernels=cpu_kernels), params)
-    layers = runner.state["layers"]
+    # The native kernels read their weights packed in blocks (native/ops.py `packed`).
+    assert isinstance(runner.state["layers"]["wqkv"], native_ops.PackedWeight) == (cpu_kernels == "native")
+    layers = {name: native_ops.unpacked(weight) if isinstance(weight, native_ops.PackedWeight) else weight
+              for name, weight in runner.state["layers"].items()}
     assert isinstance(layers["wqkv"], Int8Weight) and layers["we_gate"].dtype == np.float32
     rounded = {name: rounded_as_int8(params["layers"][name]) for name in ("wq", "wk", "wv", "wo")}
     # Per output row, int8 groups are the same in the fused and the separate projections. (Not

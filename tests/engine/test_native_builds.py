@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What each build is for, and the path its products take.
 BUILDS = {"haswell": "float32, 8 lanes (AVX2)", "icelake-server": "float32, 16 lanes (AVX-512, no AVX512_BF16)"}
+BLOCKS = {"haswell": (8, 1), "icelake-server": (16, 1)}
 
 CHECK = r'''
 import importlib.util, sys
@@ -38,13 +39,14 @@ from engine.device.native import ops
 from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
 
 assert native.available() and not native.products_in_pairs(), "the build runs products in pairs"
+print("blocks:", native.block_shape())
 rng = np.random.default_rng(0)
-matrix = jnp.asarray(rng.standard_normal((2, 36, 576)).astype(np.float32))
+matrix = jnp.asarray(rng.standard_normal((2, 48, 576)).astype(np.float32))
 weights = {"int8": quantize_int8(matrix), "int8 head": quantize_int8(matrix[:1], HEAD_GROUP_SIZE),
            "bfloat16": matrix[0].astype(jnp.bfloat16)}
 rows = rng.standard_normal((3, 576)).astype(np.float32)
 for kind, weight in weights.items():
-    native_weight = ops.at_layer(weight, 0)
+    native_weight = ops.at_layer(ops.packed(weight), 0)
     widened = (dequantize(Int8Weight(weight.values[0], weight.scales[0])) if isinstance(weight, Int8Weight)
                else weight.astype(jnp.float32))
     alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
@@ -81,3 +83,4 @@ def test_a_build_without_pairs_sums_each_row_in_one_order(builds, march):
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, f"{march} ({BUILDS[march]}):\n{result.stdout}\n{result.stderr[-3000:]}"
     assert "products: ok" in result.stdout
+    assert f"blocks: {BLOCKS[march]}" in result.stdout  # rows a block (the lanes), one input a step

@@ -54,10 +54,9 @@ def in_bfloat16(x):
 
 
 def widened(weight: Int8Weight, layer: int):
-    """Layer `layer` of an int8 stack as the kernel widens it: each value times its group's
-    scale, rounded to bfloat16 where the products run in pairs of it (blocks.h)."""
-    matrix = dequantize(Int8Weight(weight.values[layer], weight.scales[layer]))
-    return in_bfloat16(matrix) if native.products_in_pairs() else matrix
+    """Layer `layer` of an int8 stack as the kernel takes it: each value exactly, times its
+    group's scale in float32 (blocks.h sums a group unscaled, then scales it)."""
+    return dequantize(Int8Weight(weight.values[layer], weight.scales[layer]))
 
 
 def products_path() -> str:
@@ -67,8 +66,8 @@ def products_path() -> str:
 
 
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5, 8, 9, 17, 32, 33])
-@pytest.mark.parametrize("out,width,group", [(96, 64, 64), (40, 192, 64), (12, 576, 64), (8, 160, 64),
-                                             (12, 576, HEAD_GROUP_SIZE), (8, 96, HEAD_GROUP_SIZE)])
+@pytest.mark.parametrize("out,width,group", [(96, 64, 64), (48, 192, 64), (16, 576, 64), (80, 160, 64),
+                                             (16, 576, HEAD_GROUP_SIZE), (32, 96, HEAD_GROUP_SIZE)])
 def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
     # One token to 33: up to 4 tokens a row at a time, widened in registers (partial token
     # tiles of 2 and 3); from 5 a chunk's rows widened once into a buffer and met by tiles of
@@ -78,7 +77,7 @@ def test_int8_product_matches_the_widened_weights(tokens, out, width, group):
     x = jnp.asarray(random_matrix((tokens, width), seed=tokens))
     for layer in range(3):
         expected = in_bfloat16(x) @ widened(weight, layer).T
-        got = ops.linear(x, ops.at_layer(weight, layer))
+        got = ops.linear(x, ops.at_layer(ops.packed(weight), layer))
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4,
                                    err_msg=products_path())
 
@@ -88,7 +87,7 @@ def test_bfloat16_product_matches_the_widened_weights(tokens):
     weight = jnp.asarray(random_matrix((64, 128), seed=1), jnp.bfloat16)
     x = jnp.asarray(random_matrix((tokens, 128), seed=2))
     expected = in_bfloat16(x) @ weight.astype(jnp.float32).T
-    got = ops.linear(x, ops.at_layer(weight, 0))
+    got = ops.linear(x, ops.at_layer(ops.packed(weight), 0))
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4, err_msg=products_path())
 
 
@@ -106,10 +105,10 @@ def test_a_row_s_product_is_the_same_bits_at_every_count_of_tokens(kind):
     """One order of sums for every output (blocks.h): a row's product alone is bit for bit
     its product among 1 to 64 tokens, at any place among them, through every tile."""
     width = 576
-    matrix = jnp.asarray(random_matrix((2, 68, width), seed=7))
+    matrix = jnp.asarray(random_matrix((2, 80, width), seed=7))
     weight = {"int8": quantize_int8(matrix), "bfloat16": matrix[0].astype(jnp.bfloat16),
               "int8 head": quantize_int8(matrix, HEAD_GROUP_SIZE)}[kind]
-    native_weight = ops.at_layer(weight, 1 if kind == "int8" else 0)
+    native_weight = ops.at_layer(ops.packed(weight), 1 if kind == "int8" else 0)
     rows = random_matrix((3, width), seed=8)
     alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
     for tokens in range(1, 65):
@@ -132,7 +131,7 @@ def test_a_scan_reads_each_layer_of_the_stack():
     x = jnp.asarray(random_matrix((2, 64), seed=6))
 
     def body(_, layer):
-        return None, ops.linear(x, ops.at_layer(weight, layer))
+        return None, ops.linear(x, ops.at_layer(ops.packed(weight), layer))
 
     _, per_layer = jax.jit(lambda: jax.lax.scan(body, None, jnp.arange(4)))()
     for layer in range(4):
@@ -140,11 +139,27 @@ def test_a_scan_reads_each_layer_of_the_stack():
         np.testing.assert_allclose(np.asarray(per_layer[layer]), np.asarray(expected), rtol=1e-5, atol=1e-4)
 
 
-def test_the_kernel_serves_whole_tiles_only():
-    assert ops.serves(quantize_int8(jnp.zeros((2, 8, 128))))
-    assert not ops.serves(quantize_int8(jnp.zeros((2, 6, 128))))  # rows not a whole register tile
-    assert not ops.serves(quantize_int8(jnp.zeros((2, 8, 48))))  # a width of no whole blocks (32)
-    assert not ops.serves(jnp.zeros((8, 128), jnp.float32))  # float32 weights stay with XLA
+def test_the_kernel_serves_whole_blocks_only():
+    rows, step = native.block_shape()
+    assert ops.serves(quantize_int8(jnp.zeros((2, 16, 128))))
+    assert not ops.serves(quantize_int8(jnp.zeros((2, 12, 128))))  # rows not a whole block (8 or 16)
+    assert ops.serves(quantize_int8(jnp.zeros((2, 16, 48))))  # a width of one group of 48
+    assert ops.serves(quantize_int8(jnp.zeros((2, 16, 47)))) == (step == 1)  # no whole pairs of inputs
+    assert not ops.serves(jnp.zeros((16, 128), jnp.float32))  # float32 weights stay with XLA
+
+
+def test_a_packed_weight_unpacks_to_itself_and_gives_its_rows():
+    """The kernel's blocks (ops.packed) hold every value and scale once, where the embedding's
+    lookup of an int8 head finds its rows again."""
+    weight = quantize_int8(jnp.asarray(random_matrix((2, 48, 96), seed=3)), HEAD_GROUP_SIZE)
+    packed = ops.packed(weight)
+    rows, step = native.block_shape()
+    assert packed.values.shape == (2, 48 // rows, 96 // step, rows * step) and packed.shape == (2, 48, 96)
+    back = ops.unpacked(packed)
+    assert (back.values == weight.values).all() and (back.scales == weight.scales).all()
+    ids = jnp.asarray([0, 17, 47, 5, 17])
+    looked_up = ops.packed_rows(ops.packed(Int8Weight(weight.values[1], weight.scales[1])), ids)
+    assert (looked_up.values == weight.values[1][ids]).all() and (looked_up.scales == weight.scales[1][ids]).all()
 
 
 def check_attention(rows, *, num_heads=4, num_kv=2, head_dim=64, page_size=16, num_tokens=None, num_rows=None,
@@ -240,15 +255,14 @@ def test_prompt_chunks_among_the_step_s_own_keys(num_heads, num_kv, head_dim):
 def test_a_model_on_the_kernels_matches_the_model_on_jnp(monkeypatch):
     """Through ModelRunner, int8: a prompt in two chunks, then a decode. The kernels keep the
     tied embedding and head in int8 with a scale per 32 inputs, so jnp gets the same values,
-    rounded; the kernels' products take their inputs (and, in pairs, their scaled weights)
-    in bfloat16, and their attention reads the step's keys from the cache, so jnp's do here
-    too."""
+    rounded; the kernels' products take their inputs in bfloat16, and their attention
+    reads the step's keys from the cache, so jnp's do here too."""
     config = ModelConfig(vocab_size=64, hidden_size=128, intermediate_size=192, num_layers=3, num_heads=4,
                          num_kv_heads=2, head_dim=32)
     params = random_params(config, seed=3)
     native_logits, runner = chunked_prompt_logits(config, "auto", params, quantization="int8", cpu_kernels="native")
     assert (runner.cpu_kernels, runner.attention) == ("native", NATIVE_CPU)
-    head = runner.state["embed"]
+    head = ops.unpacked(runner.state["embed"])
     assert head.values.dtype == jnp.int8 and head.values.shape[-1] // head.scales.shape[-1] == HEAD_GROUP_SIZE
     # auto: keys in bfloat16 and values in float8 under the kernels with int8 weights; jnp
     # asked for the same.
@@ -257,8 +271,6 @@ def test_a_model_on_the_kernels_matches_the_model_on_jnp(monkeypatch):
     float_linear, float_attention = layers.linear, attention.reference_attention
 
     def rounded_linear(x, weight):
-        if isinstance(weight, Int8Weight) and native.products_in_pairs():
-            weight = in_bfloat16(dequantize(weight))
         return float_linear(in_bfloat16(x).astype(x.dtype), weight)
 
     def attention_on_cached_keys(q, k, v, k_cache, v_cache, *rest, **features):

@@ -47,6 +47,17 @@ def products_in_pairs() -> bool:
     return _cpu_kernels.products_in_pairs()
 
 
+@functools.cache
+def block_shape() -> tuple[int, int]:
+    """How the build wants a weight packed (ops.py `packed`): (rows a block, inputs a step):
+    (16, 2) with pairs of bfloat16, (16, 1) with AVX-512 alone, (8, 1) with AVX2. None
+    where the library is not built."""
+    if not available():
+        return None
+    from engine.device.native import _cpu_kernels
+    return tuple(_cpu_kernels.block_shape())
+
+
 def target_names() -> tuple[str, ...]:
     """The FFI targets the library registers (none where it is not built)."""
     if not available():

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "blocks.h"
@@ -25,91 +26,102 @@ using namespace flint;
 
 namespace {
 
-// The tiles: rows x tokens of outputs whose sums stay in registers. Up to kFewTokens tokens
-// a tile takes one row, widened in registers as read: each row is read whole before the
-// next, one stream the hardware prefetcher follows (a tile of 2 or 4 rows side by side, 2-4
-// streams, read a 56 MB bfloat16 head at half the rate). Past that a chunk's rows are widened once
-// and meet tiles of kRowTile rows x kManyTokens tokens (16 sums in registers; 4 x 3, 4 x 6,
-// 6 x 4 and 8 x 2 measured within the noise of it).
+// The tiles: blocks x tokens of vectors of sums kept in registers, each beside its group's
+// partial sum. Up to kFewTokens tokens a tile takes one block, widened in registers as read
+// (one stream of weights, which the hardware prefetcher follows); past that a chunk's
+// blocks are widened once and met by tiles of kManyBlocks blocks x kManyTokens tokens.
 constexpr int kFewTokens = 4;
 constexpr int kManyTokens = 4;
+constexpr int kManyBlocks = kLanes == 16 ? 2 : 1;  // AVX2's 16 registers hold one block's 4 x 2
 
-// R rows from `row` times T tokens from `token` of the inputs x [tokens, k], into y
-// [tokens, n]: each output by blocks.h's steps, one vector of sums along the row.
-template <int R, int T, typename Rows>
-void tile(const Rows& w, const InputElement* x, int64_t n, int64_t row, int64_t token, float* y) {
-  fvec sums[R][T] = {};
-  for (int64_t i = 0; i < w.k; i += kBlock)
-    for (int r = 0; r < R; ++r) {
-      const WeightBlock weights = w.block(row + r, i);
-      for (int t = 0; t < T; ++t) sums[r][t] = fold(sums[r][t], weights, x + (token + t) * w.k + i);
+// C blocks of rows from `block` times T tokens from `token` of the inputs x [tokens, k], into
+// y [tokens, n]: each output by blocks.h's steps, a group's unscaled sum at a time.
+template <int C, int T, typename Rows>
+void tile(const Rows& w, const InputElement* x, int64_t n, int64_t block, int64_t token, float* y) {
+  fvec sums[C][T] = {};
+  const int64_t steps = w.group / kStep;
+  for (int64_t g = 0; g < w.k / w.group; ++g) {
+    fvec group[C][T] = {};
+    for (int64_t step = g * steps; step < (g + 1) * steps; ++step)
+      for (int c = 0; c < C; ++c) {
+        const WeightBlock weights = w.block(block + c, step);
+        for (int t = 0; t < T; ++t) group[c][t] = fold(group[c][t], weights, x + (token + t) * w.k + step * kStep);
+      }
+    for (int c = 0; c < C; ++c) {
+      const fvec scale = w.scale(block + c, g);
+      for (int t = 0; t < T; ++t)
+        sums[c][t] = Rows::kScaled ? fused_multiply_add(group[c][t], scale, sums[c][t]) : group[c][t];
     }
+  }
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) y[(token + t) * n + row + r] = sum(sums[r][t]);
+    for (int c = 0; c < C; ++c) std::memcpy(y + (token + t) * n + (block + c) * kLanes, &sums[c][t], sizeof(fvec));
 }
 
-// The rows [first, end) times `tokens` tokens from `token`, in tiles of R rows and T tokens.
-template <int R, int T, typename Rows>
-void tiles_of_rows(const Rows& w, const InputElement* x, int64_t n, int64_t first, int64_t end, int64_t token,
-                   float* y) {
-  int64_t row = first;
-  for (; row + R <= end; row += R) tile<R, T>(w, x, n, row, token, y);
-  for (; row < end; row += kRowTile) tile<kRowTile, T>(w, x, n, row, token, y);  // n: whole kRowTiles
+// The blocks [first, end) times T tokens from `token`, C blocks at a time, then one.
+template <int C, int T, typename Rows>
+void tiles_of_blocks(const Rows& w, const InputElement* x, int64_t n, int64_t first, int64_t end, int64_t token,
+                     float* y) {
+  int64_t block = first;
+  for (; block + C <= end; block += C) tile<C, T>(w, x, n, block, token, y);
+  for (; block < end; ++block) tile<1, T>(w, x, n, block, token, y);
 }
 
-// The rows [first, end) times every token, T at a time, the last tile with the rest.
-template <int R, int T, typename Rows>
+// The blocks [first, end) times every token, T at a time, the last tile with the rest.
+template <int C, int T, typename Rows>
 void tiles_of_tokens(const Rows& w, const InputElement* x, int64_t tokens, int64_t n, int64_t first, int64_t end,
                      float* y) {
   int64_t token = 0;
-  for (; token + T <= tokens; token += T) tiles_of_rows<R, T>(w, x, n, first, end, token, y);
+  for (; token + T <= tokens; token += T) tiles_of_blocks<C, T>(w, x, n, first, end, token, y);
   switch (tokens - token) {
-    case 3: tiles_of_rows<R, 3>(w, x, n, first, end, token, y); break;
-    case 2: tiles_of_rows<R, 2>(w, x, n, first, end, token, y); break;
-    case 1: tiles_of_rows<R, 1>(w, x, n, first, end, token, y); break;
+    case 3: tiles_of_blocks<C, 3>(w, x, n, first, end, token, y); break;
+    case 2: tiles_of_blocks<C, 2>(w, x, n, first, end, token, y); break;
+    case 1: tiles_of_blocks<C, 1>(w, x, n, first, end, token, y); break;
     default: break;
   }
 }
 
-// The rows [first, end) times a few tokens, a row at a time, widened in registers as read.
-template <typename Rows>
-void few_tokens(const Rows& w, const InputElement* x, int64_t tokens, int64_t n, int64_t first, int64_t end,
-                float* y) {
-  for (int64_t row = first; row < end; ++row) switch (tokens) {
-      case 1: tile<1, 1>(w, x, n, row, 0, y); break;
-      case 2: tile<1, 2>(w, x, n, row, 0, y); break;
-      case 3: tile<1, 3>(w, x, n, row, 0, y); break;
-      default: tile<1, 4>(w, x, n, row, 0, y); break;
-    }
-}
-
 // x [tokens, k] (bfloat16) times the weights into y [tokens, n] (float32). A thread takes a
-// chunk of rows at a time; past a few tokens the chunk's rows are widened once first.
+// chunk of blocks at a time; past a few tokens the chunk's blocks are widened once first.
 template <typename Rows>
 void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tokens, int64_t n, float* y) {
   std::vector<InputElement> inputs(tokens * w.k);
   for (int64_t i = 0; i < tokens * w.k; ++i) inputs[i] = input_of(x[i]);
-  const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
+  const int64_t blocks = n / kLanes, chunks = (blocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
   parallel_for(pool, chunks, [&](int64_t chunk) {
-    const int64_t first = chunk * kRowsPerChunk, end = std::min(n, first + kRowsPerChunk);
+    const int64_t first = chunk * kBlocksPerChunk, end = std::min(blocks, first + kBlocksPerChunk);
     if (tokens <= kFewTokens) {
-      few_tokens(w, inputs.data(), tokens, n, first, end, y);
+      tiles_of_tokens<1, kFewTokens>(w, inputs.data(), tokens, n, first, end, y);
       return;
     }
     std::vector<BufferElement> buffer;
     const auto rows = buffered(w, first, end - first, buffer);
-    tiles_of_tokens<kRowTile, kManyTokens>(rows, inputs.data(), tokens, n, first, end, y);
+    tiles_of_tokens<kManyBlocks, kManyTokens>(rows, inputs.data(), tokens, n, first, end, y);
   });
 }
 
 // The inputs' bfloat16 bits.
 const uint16_t* input_bits(const ffi::Buffer<ffi::BF16>& x) { return reinterpret_cast<const uint16_t*>(x.typed_data()); }
 
+// A packed weight's [..., n / kLanes, k / kStep, kBlockElements] as (n, k); n < 0 where the
+// last dimension is not this build's block (packed for another CPU).
+std::pair<int64_t, int64_t> unpacked_shape(ffi::Span<const int64_t> dims) {
+  const size_t rank = dims.size();
+  if (rank < 3 || dims[rank - 1] != kBlockElements) return {-1, -1};
+  return {dims[rank - 3] * kLanes, dims[rank - 2] * kStep};
+}
+
 ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
+  if (n < 0) return ffi::Error::InvalidArgument("flint_linear: a weight not packed for this build's blocks");
   if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
-  if (n % kRowTile != 0 || k % kBlock != 0 || group % kBlock != 0 || k % group != 0)
-    return ffi::Error::InvalidArgument("flint_linear: shape not served by the native kernel");
+  if (group <= 0 || group % kStep != 0 || k % group != 0)
+    return ffi::Error::InvalidArgument("flint_linear: groups not served by the native kernel");
   return ffi::Error::Success();
+}
+
+// The layer of a stack (a leading dimension past the packed three) read in place at
+// `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
+int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
+  return dims.size() < 4 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
 }
 
 ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
@@ -117,14 +129,12 @@ ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffe
   auto dims = values.dimensions();
   auto scale_dims = scales.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const int64_t n = dims[dims.size() - 2], k_weight = dims[dims.size() - 1];
-  const int64_t groups = scale_dims[scale_dims.size() - 1];
+  const auto [n, k_weight] = unpacked_shape(dims);
+  const int64_t groups = scale_dims[scale_dims.size() - 2];
   if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
   const int64_t group = k_weight / groups;
   if (auto error = check_shapes(k, n, k_weight, group); error.failure()) return error;
-  // A weight's matrix: the last two dimensions; a leading one is the layers of a stack, of
-  // which `layer` is read in place (a scan over layers would otherwise copy each one out).
-  const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
+  const int64_t index = layer_index(dims, layer);
   Int8Rows w{values.typed_data() + index * n * k, scales.typed_data() + index * n * groups, k, group};
   matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
   return ffi::Error::Success();
@@ -134,10 +144,10 @@ ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffe
                       ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const int64_t n = dims[dims.size() - 2], k_weight = dims[dims.size() - 1];
+  const auto [n, k_weight] = unpacked_shape(dims);
   if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
-  const int64_t index = dims.size() < 3 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
-  Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k};
+  const int64_t index = layer_index(dims, layer);
+  Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
   matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
   return ffi::Error::Success();
 }
@@ -152,6 +162,10 @@ extern "C" int FlintProductsInPairs() {
   return 0;
 #endif
 }
+
+// The packed blocks' shape (ops.py `packed`): rows a block, inputs a step.
+extern "C" int FlintBlockRows() { return kLanes; }
+extern "C" int FlintBlockStep() { return kStep; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
                               ffi::Ffi::Bind()

@@ -1,7 +1,8 @@
 // The native CPU kernels' library is a Python module (setup.py builds linear.cc, attention.cc,
 // zeros.cc and this file as one): `targets()` gives each kernel's FFI
 // handler as a capsule, for jax.ffi.register_ffi_target (engine/device/native/__init__.py);
-// `products_in_pairs()` says what the build's products run on.
+// `products_in_pairs()` says what the build's products run on, and `block_shape()` how
+// they want their weights packed.
 
 #include <Python.h>
 
@@ -14,6 +15,8 @@ extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 extern "C" int FlintProductsInPairs();
+extern "C" int FlintBlockRows();
+extern "C" int FlintBlockStep();
 
 static PyObject* Targets(PyObject*, PyObject*) {
   PyObject* targets = PyDict_New();
@@ -37,7 +40,11 @@ static PyObject* Targets(PyObject*, PyObject*) {
 
 static PyObject* ProductsInPairs(PyObject*, PyObject*) { return PyBool_FromLong(FlintProductsInPairs()); }
 
+static PyObject* BlockShape(PyObject*, PyObject*) { return Py_BuildValue("(ii)", FlintBlockRows(), FlintBlockStep()); }
+
 static PyMethodDef kMethods[] = {
+    {"block_shape", BlockShape, METH_NOARGS,
+     "The packed weights' blocks in this build: (rows a block, inputs a step) (ops.py packed)."},
     {"products_in_pairs", ProductsInPairs, METH_NOARGS,
      "Whether the products run in pairs of bfloat16 (AVX512_BF16) in this build."},
     {"targets", Targets, METH_NOARGS, "The kernels' FFI handlers by target name, as capsules."},

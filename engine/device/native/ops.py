@@ -2,7 +2,8 @@
 
 - `linear`: x [tokens, in] (float32) times a `NativeWeight`: int8 with group scales, or
   bfloat16, of a stack of layers read at a traced `layer` in place. A scan over the layers
-  passes the whole stack and the index, where slicing a layer out would copy it.
+  passes the whole stack and the index, where slicing a layer out would copy it. The
+  kernel reads a weight packed at load in blocks of rows (`packed`, blocks.h).
 - `decode_attention`: each token's softmax state over its cached keys, read page by page
   where they lie (engine/device/attention/native_cpu.py: all of them, the step's included).
 """
@@ -14,43 +15,101 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from engine.device import native
 from engine.device.weights import Int8Weight
 
-BLOCK = 32  # inputs a step of the kernel's sums folds (blocks.h): widths and groups are multiples
-ROW_TILE = 4  # output rows per register tile
+@jax.tree_util.register_dataclass
+@dataclass
+class PackedWeight:
+    """A matrix [..., out, in] packed as the kernel reads it (blocks.h): blocks of `rows`
+    output rows, each holding, step by step of `step` inputs, its rows' weights side by
+    side; int8 with a float32 scale per group of inputs (an Int8Weight's), or bfloat16.
+
+    values: [..., out / rows, in / step, rows x step]; scales: [..., out / rows, groups,
+    rows], or None for bfloat16. (rows, step) is the build's `native.block_shape()`."""
+
+    values: jax.Array
+    scales: jax.Array | None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The matrix's own shape, [..., out, in]."""
+        rows, step = self.values.shape[-1] // self.step, self.step
+        return (*self.values.shape[:-3], self.values.shape[-3] * rows, self.values.shape[-2] * step)
+
+    @property
+    def step(self) -> int:
+        return native.block_shape()[1]
 
 
 @jax.tree_util.register_dataclass
 @dataclass
 class NativeWeight:
-    """A matrix [out, in] of a stack [layers, out, in] the kernel reads at `layer`."""
+    """A packed matrix of a stack [layers, ...] the kernel reads at `layer`."""
 
-    values: jax.Array  # int8 or bfloat16 [layers, out, in]
-    scales: jax.Array | None  # float32 [layers, out, in // group] for int8; None for bfloat16
+    values: jax.Array  # int8 or bfloat16 [layers, out / rows, in / step, rows x step]
+    scales: jax.Array | None  # float32 [layers, out / rows, groups, rows] for int8; None for bfloat16
     layer: jax.Array  # int32 []
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.values.shape[-2:]
+        return PackedWeight(self.values, self.scales).shape[-2:]
 
 
 def serves(weight) -> bool:
-    """Whether the linear kernel serves `weight` (an Int8Weight or array, stacked over
-    layers): whole register tiles of rows and SIMD widths of inputs and groups."""
-    if isinstance(weight, Int8Weight):
-        out, width = weight.values.shape[-2:]
-        group = width // weight.scales.shape[-1]
-        return out % ROW_TILE == 0 and width % BLOCK == 0 and group % BLOCK == 0
+    """Whether the linear kernel serves `weight` (an Int8Weight, a bfloat16 array or a
+    PackedWeight, stacked over layers): whole blocks of rows, and whole steps of inputs in
+    its width and groups. Nothing where the library is not built."""
+    if isinstance(weight, PackedWeight):
+        return True
+    if not native.available():
+        return False
+    rows, step = native.block_shape()
     out, width = weight.shape[-2:]
-    return weight.dtype == jnp.bfloat16 and out % ROW_TILE == 0 and width % BLOCK == 0
-
-
-def at_layer(weight, layer) -> NativeWeight:
-    """`weight` (stacked, served by the kernel) read at `layer`; a matrix is a stack of one."""
-    layer = jnp.asarray(layer, jnp.int32)
     if isinstance(weight, Int8Weight):
-        return NativeWeight(values=weight.values, scales=weight.scales, layer=layer)
-    return NativeWeight(values=weight, scales=None, layer=layer)
+        group = width // weight.scales.shape[-1]
+        return out % rows == 0 and width % step == 0 and group % step == 0
+    return weight.dtype == jnp.bfloat16 and out % rows == 0 and width % step == 0
+
+
+def packed(weight) -> PackedWeight:
+    """`weight` (an Int8Weight or a bfloat16 array [..., out, in] the kernel serves) packed
+    in the build's blocks."""
+    rows, step = native.block_shape()
+    values = weight.values if isinstance(weight, Int8Weight) else weight
+    *lead, out, width = values.shape
+    blocks = values.reshape(*lead, out // rows, rows, width // step, step).swapaxes(-3, -2)
+    values = blocks.reshape(*lead, out // rows, width // step, rows * step)
+    if not isinstance(weight, Int8Weight):
+        return PackedWeight(values=values, scales=None)
+    scales = weight.scales.reshape(*lead, out // rows, rows, -1).swapaxes(-2, -1)
+    return PackedWeight(values=values, scales=scales)
+
+
+def unpacked(weight: PackedWeight):
+    """The Int8Weight or bfloat16 array [..., out, in] that `packed` packed."""
+    rows, step = native.block_shape()
+    *lead, blocks, steps, _ = weight.values.shape
+    values = weight.values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
+    values = values.reshape(*lead, blocks * rows, steps * step)
+    if weight.scales is None:
+        return values
+    scales = weight.scales.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
+    return Int8Weight(values=values, scales=scales)
+
+
+def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
+    """Rows `ids` [t] of a packed int8 matrix (an embedding's lookup of an int8 head), as
+    an Int8Weight [t, in]."""
+    rows, step = native.block_shape()
+    blocks, lanes = ids // rows, ids % rows
+    values = weight.values.reshape(*weight.values.shape[:-1], rows, step)[blocks, :, lanes]  # [t, steps, step]
+    return Int8Weight(values=values.reshape(ids.shape[0], -1), scales=weight.scales[blocks, :, lanes])
+
+
+def at_layer(weight: PackedWeight, layer) -> NativeWeight:
+    """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one)."""
+    return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32))
 
 
 def registered() -> None:
@@ -65,8 +124,8 @@ def linear(x, weight: NativeWeight):
     """x [tokens, in], rounded to bfloat16, times the weight's matrix in float32 [tokens,
     out], at every count of tokens (blocks.h): each output is summed in one order, so a
     row's product is the same bits whatever shares the call. In pairs of bfloat16 where
-    the CPU has AVX512_BF16, an int8 weight times its group's scale rounded to bfloat16 too
-    (`products_in_pairs`)."""
+    the CPU has AVX512_BF16 (`products_in_pairs`); an int8 weight's groups are summed
+    unscaled, each then scaled into its row's sum."""
     registered()
     out = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
     x = x.astype(jnp.bfloat16)
