@@ -304,7 +304,18 @@ def test_gguf_refuses_what_it_cannot_build(tmp_path):
 # --- incremental detokenizing ------------------------------------------------------------
 
 
-def test_detokenizer_never_emits_a_broken_character(smollm):
+@pytest.fixture(params=["byte pieces", "windows"])
+def detokenizing(request, smollm, monkeypatch):
+    """SmolLM2's tokenizer, detokenized as a byte-level vocabulary is (its tokens' bytes
+    through an incremental UTF-8 decoder), or as any other is (windows decoded by the
+    tokenizer), which the byte-level one is checked against."""
+    if request.param == "windows":
+        monkeypatch.setattr(smollm, "byte_pieces", lambda skip_special_tokens: None)
+    return smollm
+
+
+def test_detokenizer_never_emits_a_broken_character(detokenizing):
+    smollm = detokenizing
     ids = smollm.encode(MULTIBYTE)
     # The test means something only if single tokens do end inside a character.
     assert sum("\ufffd" in smollm.decode([i]) for i in ids) >= 3
@@ -315,7 +326,8 @@ def test_detokenizer_never_emits_a_broken_character(smollm):
 
 
 @pytest.mark.parametrize("chunk", [2, 3, 7])
-def test_detokenizer_after_a_prompt_in_chunks(smollm, chunk):
+def test_detokenizer_after_a_prompt_in_chunks(detokenizing, chunk):
+    smollm = detokenizing
     prompt, generated = smollm.encode("Réponds: 日"), smollm.encode("本語 🎉 fin.")
     detokenizer = IncrementalDetokenizer(smollm, prompt_ids=prompt)
     deltas = [detokenizer.push(generated[i:i + chunk]) for i in range(0, len(generated), chunk)]
@@ -323,20 +335,24 @@ def test_detokenizer_after_a_prompt_in_chunks(smollm, chunk):
     assert smollm.decode(prompt) + "".join(deltas) == smollm.decode(prompt + generated)
 
 
-def test_detokenizer_flush_releases_an_unfinished_character(smollm):
+def test_detokenizer_flush_releases_an_unfinished_character(detokenizing):
+    smollm = detokenizing
     ids = smollm.encode("ok 🎉")
     detokenizer = IncrementalDetokenizer(smollm)
-    held = [detokenizer.push([i]) for i in ids[:-1]]
-    assert "".join(held) == "ok" and detokenizer.flush().endswith("\ufffd")
+    held = "".join(detokenizer.push([i]) for i in ids[:-1])  # "ok", or "ok " with the space out early
+    tail = detokenizer.flush()
+    assert "\ufffd" not in held and held + tail == "ok \ufffd"
 
 
-def test_detokenizer_skips_special_tokens(smollm, vocab):
+def test_detokenizer_skips_special_tokens(detokenizing, vocab):
+    smollm = detokenizing
     ids = smollm.encode("Fine, thanks.") + [vocab.index("<|im_end|>")]
     detokenizer = IncrementalDetokenizer(smollm, skip_special_tokens=True)
     assert "".join(detokenizer.push([i]) for i in ids) == "Fine, thanks."
 
 
 def test_detokenizer_decodes_a_small_window(smollm, monkeypatch):
+    monkeypatch.setattr(smollm, "byte_pieces", lambda skip_special_tokens: None)  # the windows' way
     ids = smollm.encode(" ".join([MULTIBYTE] * 40))
     lengths, decode = [], smollm.decode
 
@@ -349,6 +365,46 @@ def test_detokenizer_decodes_a_small_window(smollm, monkeypatch):
     text = "".join(detokenizer.push([i]) for i in ids)
     assert len(ids) > 400 and text == decode(ids)
     assert max(lengths) <= 8  # a few tokens of context and pending bytes, never the sequence
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_byte_pieces_give_the_tokenizer_s_text_for_any_tokens(smollm, skip_special_tokens):
+    """Random runs of SmolLM2's tokens (special ones among them, characters cut anywhere,
+    prompts ending inside one): the byte pieces' deltas join to the windows' text. (They
+    may come sooner: the windows hold a delta back whole while it ends in a cut character,
+    the UTF-8 decoder only the character's bytes.)"""
+    import random
+
+    rng = random.Random(7)
+    special = sorted(smollm.added_token_ids(special=True))
+    pieces = smollm.byte_pieces(skip_special_tokens)
+    assert pieces is not None and pieces(special[0]) == (b"" if skip_special_tokens else smollm.decode(
+        [special[0]]).encode())
+    text = smollm.encode(MULTIBYTE)
+    cuts = [cut for cut in range(1, len(text)) if smollm.decode(text[:cut]).endswith("\ufffd")]
+    assert cuts  # prompts that end inside a character
+    for trial in range(200):
+        ids = [rng.choice(special) if rng.random() < 0.1 else rng.randrange(smollm.vocab_size)
+               for _ in range(rng.randrange(1, 30))]
+        prompt = [rng.randrange(smollm.vocab_size) for _ in range(rng.randrange(0, 8))]
+        if trial < len(cuts):
+            prompt, ids = text[:cuts[trial]], text[cuts[trial]:]
+        byte_level = IncrementalDetokenizer(smollm, prompt_ids=prompt, skip_special_tokens=skip_special_tokens)
+        smollm.byte_pieces = lambda skip: None  # an instance attribute over the method, taken back below
+        windows = IncrementalDetokenizer(smollm, prompt_ids=prompt, skip_special_tokens=skip_special_tokens)
+        del smollm.byte_pieces
+        got = "".join([byte_level.push([i]) for i in ids] + [byte_level.flush()])
+        assert got == "".join([windows.push([i]) for i in ids] + [windows.flush()]), (prompt, ids)
+        if not prompt:
+            assert got == smollm.decode(ids, skip_special_tokens)
+
+
+def test_only_a_byte_level_decoder_joins_bytes():
+    trained = train_tiny_bpe()
+    assert Tokenizer(trained).byte_pieces(True) is not None
+    trained.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])  # SentencePiece's: a token's place counts
+    assert Tokenizer(trained).byte_pieces(True) is None
 
 
 # --- chat templates ------------------------------------------------------------------------
