@@ -81,21 +81,26 @@ def window_round(scheduled: SchedulerOutput, index: int) -> SchedulerOutput:
 def merge_outputs(outputs: list[RequestOutput]) -> list[RequestOutput]:
     """One output per request, in first-appearance order: tokens, text, logprobs and logits joined,
     the latest counts and finish state kept."""
-    merged: dict[str, RequestOutput] = {}
+    by_request: dict[str, list[RequestOutput]] = {}
     for output in outputs:
-        earlier = merged.get(output.request_id)
-        merged[output.request_id] = output if earlier is None else joined(earlier, output)
-    return list(merged.values())
+        by_request.setdefault(output.request_id, []).append(output)
+    return [parts[0] if len(parts) == 1 else joined(parts) for parts in by_request.values()]
 
 
-def joined(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
-    logprobs = None
-    if earlier.logprobs is not None or later.logprobs is not None:
-        logprobs = (earlier.logprobs or []) + (later.logprobs or [])
-    logits = None
-    if earlier.logits is not None or later.logits is not None:
-        logits = (earlier.logits or []) + (later.logits or [])
+def joined(parts: list[RequestOutput]) -> RequestOutput:
+    """A request's outputs of a window as one: the last's state, everyone's tokens and text.
+    (Joined at once, not pairwise: a pairwise replace cost a row 50 µs a window of 8.)"""
+    last = parts[-1]
     return dataclasses.replace(
-        later, new_token_ids=earlier.new_token_ids + later.new_token_ids, text=earlier.text + later.text,
-        reasoning_text=earlier.reasoning_text + later.reasoning_text,
-        logprobs=logprobs, prompt_logprobs=earlier.prompt_logprobs or later.prompt_logprobs, logits=logits)
+        last, new_token_ids=[token for part in parts for token in part.new_token_ids],
+        text="".join(part.text for part in parts), reasoning_text="".join(part.reasoning_text for part in parts),
+        logprobs=concatenated([part.logprobs for part in parts]),
+        prompt_logprobs=next((part.prompt_logprobs for part in parts if part.prompt_logprobs), last.prompt_logprobs),
+        logits=concatenated([part.logits for part in parts]))
+
+
+def concatenated(lists: list[list | None]) -> list | None:
+    """The lists joined; None where every one is None."""
+    if all(items is None for items in lists):
+        return None
+    return [item for items in lists for item in items or []]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from engine.device import native
 from engine.device.weights import Int8Weight
@@ -73,17 +74,29 @@ def serves(weight) -> bool:
 
 
 def packed(weight) -> PackedWeight:
-    """`weight` (an Int8Weight or a bfloat16 array [..., out, in] the kernel serves) packed
-    in the build's blocks."""
+    """`weight` (an Int8Weight or a bfloat16 array [..., out, in] the kernel serves, of
+    jax or NumPy arrays) packed in the build's blocks."""
     rows, step = native.block_shape()
     values = weight.values if isinstance(weight, Int8Weight) else weight
     *lead, out, width = values.shape
-    blocks = values.reshape(*lead, out // rows, rows, width // step, step).swapaxes(-3, -2)
-    values = blocks.reshape(*lead, out // rows, width // step, rows * step)
+    values = steps_of_rows(values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
     if not isinstance(weight, Int8Weight):
         return PackedWeight(values=values, scales=None)
     scales = weight.scales.reshape(*lead, out // rows, rows, -1).swapaxes(-2, -1)
     return PackedWeight(values=values, scales=scales)
+
+
+def steps_of_rows(values, rows: int, step: int):
+    """values [..., out, in] as [..., out / rows, in / step, rows, step]. A NumPy array's
+    step of inputs is moved as one wider element (a pair of int8 as a uint16): element by
+    element, NumPy moved 0.26 GB/s, 0.5 s of a start."""
+    *lead, out, width = values.shape
+    if isinstance(values, np.ndarray) and step > 1:
+        unit = np.dtype(f"u{values.dtype.itemsize * step}")
+        wide = np.ascontiguousarray(values).view(unit).reshape(*lead, out // rows, rows, width // step)
+        return np.ascontiguousarray(wide.swapaxes(-2, -1)).view(values.dtype).reshape(
+            *lead, out // rows, width // step, rows, step)
+    return values.reshape(*lead, out // rows, rows, width // step, step).swapaxes(-3, -2)
 
 
 def unpacked(weight: PackedWeight):
