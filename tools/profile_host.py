@@ -20,7 +20,9 @@ A step here is one call of Engine.step, which runs a window of up to max_decode_
 decode steps per device call when every row decodes (engine/host/decode_window.py); the
 report gives the cost per call, per decode step (a token for every row) and per token of a
 row. The device's own time is in it (launch and collect wait for the CPU's computation),
-small at this size but not nothing: compare with --max-decode-steps 1.
+small at this size but not nothing: compare with --max-decode-steps 1. The engine's heap
+is settled after its warmup as the server's is (engine/host/heap.py settle_after_load), and
+Python's collections land in whichever stage allocates when they start.
 
     .venv/bin/python tools/profile_host.py --sequences 1 64 256 512
 """
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import EngineConfig, ModelConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
+from engine.host.heap import settle_after_load  # noqa: E402
 from engine.host.output import OutputStage  # noqa: E402
 from engine.host.request import Request, SamplingParams, StopCriteria  # noqa: E402
 from engine.loader.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
@@ -101,6 +104,7 @@ def tiny_engine(num_sequences: int, max_decode_steps: int) -> Engine:
                           max_decode_steps=max_decode_steps, quantization="none")
     engine = Engine(checkpoint, tokenizer, config)
     engine.runner.warmup()
+    settle_after_load()  # as the server does once its model is loaded (engine/host/heap.py)
     return engine
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import threading
@@ -31,6 +29,7 @@ from engine.async_engine import AsyncEngine
 from engine.device.compile_cache import CompileCounter, no_compilation_cache, use_compilation_cache
 from engine.device.step_export import STEPS_DIR, keep_lowered_steps
 from engine.engine import Engine
+from engine.host.heap import settle_after_load
 
 log = logging.getLogger("flint")
 
@@ -63,7 +62,7 @@ def compile_remaining(engine: Engine) -> None:
     with CompileCounter() as counts:
         seconds = engine.compile_remaining(report=lambda message: log.info("background: %s", message))
     log.info("every bucket ready after %.1f s more: %s", seconds, counts.describe())
-    return_freed_memory()  # compiling left as much behind as loading did
+    settle_after_load()  # compiling left as much behind as loading did
 
 
 BACKGROUND_COMPILE_THREAD = "flint-compile"
@@ -112,18 +111,6 @@ def startup_adapters(base_id: str, engine: Engine, modules: tuple[tuple[str, str
             raise ValueError(f"--lora {name}={path}: {error.message}") from None
         log.info("LoRA adapter %s loaded from %s", name, path)
     return registry
-
-
-def return_freed_memory() -> None:
-    """Free what loading left behind, and hand the C heap's free pages back to the system:
-    loading and compiling a model free hundreds of MB that glibc would otherwise keep,
-    counted in the server's resident memory."""
-    gc.collect()  # JAX also lets go of the host buffers of finished transfers then
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return
-    trim(0)
 
 
 class EngineLifecycle:
@@ -200,7 +187,7 @@ class EngineLifecycle:
         engine = self.factory(settings)
         self.server.max_token_bytes = engine.tokenizer.longest_token_bytes()
         self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
-        return_freed_memory()
+        settle_after_load()
         loop = self._loop
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
 

@@ -205,3 +205,28 @@ def test_the_heap_is_trimmed_once_each_time_the_engine_runs_out_of_work(async_en
     assert asyncio.run(two_spells()) == 1 and len(trims) == 2
     assert trims[0] != threading.get_ident()  # on the engine thread
     assert release_freed_memory() == (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_settled_heap_keeps_what_the_load_left_out_of_the_collector_s_walks():
+    """engine/host/heap.py settle_after_load: the objects alive after a load are frozen (no
+    collection walks them again), and garbage is collected first, not frozen."""
+    import gc
+    import weakref
+
+    from engine.host.heap import settle_after_load
+
+    class Cycle:
+        pass
+
+    kept, garbage = Cycle(), Cycle()
+    kept.me, garbage.me = kept, garbage
+    collected = weakref.ref(garbage)
+    del garbage
+    gc.unfreeze()
+    try:
+        settle_after_load()
+        assert collected() is None  # the cycle was collected, not frozen
+        assert not any(item is kept for item in gc.get_objects())  # frozen: out of every generation
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()

@@ -70,3 +70,19 @@ def test_the_earliest_stop_wins_even_if_another_began_first():
 def test_empty_stop_strings_are_refused():
     with pytest.raises(ValueError):
         StopStringMatcher([""])
+
+
+def test_the_longest_possible_beginning_is_held_back_whatever_repeats_in_it():
+    """Against the definition (every suffix tried, longest first), on random texts of a
+    small alphabet, where a stop's first character recurs inside it and in the text."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        stops = ["".join(rng.choice("ab") for _ in range(rng.randrange(1, 6))) for _ in range(rng.randrange(1, 3))]
+        text = "".join(rng.choice("abc") for _ in range(rng.randrange(0, 8)))
+        if any(stop in text for stop in stops):
+            continue
+        held = max((length for stop in stops for length in range(1, min(len(stop), len(text) + 1))
+                    if text.endswith(stop[:length])), default=0)
+        assert StopStringMatcher(stops).feed(text).text == text[:len(text) - held], (stops, text)
