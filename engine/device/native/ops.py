@@ -19,6 +19,7 @@ import numpy as np
 from engine.device import native
 from engine.device.weights import Int8Weight
 
+
 @jax.tree_util.register_dataclass
 @dataclass
 class PackedWeight:
