@@ -52,7 +52,7 @@ from engine.loader.serving import tokenizer_for  # noqa: E402
 from engine.loader.source import ModelSource  # noqa: E402
 from engine.models.params import random_params  # noqa: E402
 from engine.text.stop_strings import StopStringMatcher  # noqa: E402
-from engine.text.tokenizer import IncrementalDetokenizer  # noqa: E402
+from engine.text.detokenizer import IncrementalDetokenizer  # noqa: E402
 
 STAGES = ("schedule", "plan", "pack", "launch", "collect", "output", "detokenize", "stops", "masks", "other")
 # Stages inside another: not added again to find "other".

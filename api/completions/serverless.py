@@ -33,7 +33,8 @@ from api.completions.render import CompletionContext
 from api.core.errors import invalid
 from api.core.generation import ChoiceEvent, ChoiceResult, Generation, Results
 from api.core.state import ServerState
-from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import Tokenizer
 from generated import friendli_serverless_completions as serverless
 
 

@@ -17,7 +17,8 @@ from engine.host.beam_search import STOCHASTIC, Beam, BeamSearch, Candidate, bea
 from engine.host.request import BeamResult, RequestOutput
 from engine.host.scheduler import Scheduler, SchedulerOutput
 from engine.host.sequence import Sequence, SequenceStatus
-from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import Tokenizer
 
 
 def land(scheduled: SchedulerOutput, candidates, scheduler: Scheduler,

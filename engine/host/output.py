@@ -31,7 +31,8 @@ from engine.host.scheduler import Scheduler, SchedulerOutput
 from engine.host.sequence import Sequence
 from engine.text.reasoning import ANSWER, END, THOUGHT, ReasoningTrack
 from engine.text.stop_strings import StopScan
-from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # the runner imports JAX; this stage only reads its host copies
     from llguidance import LLMatcher

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # types only: at run time host bookkeeping imports neither Nu
 
     from engine.loader.lora import LoraAdapter
     from engine.host.request import EmbeddingReplacement, PromptTokenLogprob, Request, SamplingParams, StopCriteria
-    from engine.text.tokenizer import IncrementalDetokenizer
+    from engine.text.detokenizer import IncrementalDetokenizer
 
 
 class SequenceStatus(enum.Enum):

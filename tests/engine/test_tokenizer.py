@@ -20,7 +20,8 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors,
 
 from engine.loader.source import embedded_gguf_path
 from engine.text.chat_template import ChatTemplate, ChatTemplateError, MissingChatTemplateError
-from engine.text.tokenizer import IncrementalDetokenizer, Tokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import Tokenizer
 
 TEXTS = [
     "Hello world",
