@@ -58,7 +58,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", default=None)
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--context", type=int, default=200)
-    parser.add_argument("--quantization", default="auto", choices=["auto", "none", "int8"])
+    parser.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "fp8"])
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", *KV_CACHE_DTYPES])
     parser.add_argument("--prompt-tokens", type=int, default=0,
                         help="instead of decode rows: `rows` prompt chunks of this many tokens each (a prefill step)")

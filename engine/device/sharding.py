@@ -13,6 +13,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from engine.config import EngineConfig, ModelConfig
+from engine.device.fp8 import Fp8Weight
 from engine.device.weights import is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
@@ -64,11 +65,17 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
     """A NamedSharding for every weight in `params` (same pytree structure)."""
     specs = param_specs(config)
 
-    def sharding_for(spec: ParamSpec) -> NamedSharding:
+    def sharding_for(spec: ParamSpec, param=None):
+        """An FP8 checkpoint's weight (engine/device/fp8.py) has its scales split as its values."""
+        if isinstance(param, Fp8Weight):
+            scales = NamedSharding(mesh, partition_spec(param.scales.shape, spec.axes, mesh))
+            return Fp8Weight(sharding_for(spec), scales)
         return NamedSharding(mesh, partition_spec(spec.shape, spec.axes, mesh))
 
-    shardings = {name: sharding_for(specs[name]) for name in params if name not in ("layers", "rope_freq_factors")}
-    shardings["layers"] = {name: sharding_for(specs["layers"][name]) for name in params["layers"]}
+    shardings = {name: sharding_for(specs[name], params[name]) for name in params
+                 if name not in ("layers", "rope_freq_factors")}
+    layers = params["layers"]
+    shardings["layers"] = {name: sharding_for(specs["layers"][name], layers[name]) for name in layers}
     if "rope_freq_factors" in params:
         shardings["rope_freq_factors"] = NamedSharding(mesh, PartitionSpec())
     return shardings

@@ -10,6 +10,10 @@ Two changes from the checkpoint layout, made at load time:
   row (symmetric: scale = max |w| / 127 over the group). A quarter of float32's bytes,
   which is what a one-token step is bound by. The step widens them to float32 as it
   multiplies (engine/models/layers.py `linear`): activations stay in float32.
+- **FP8** (`quantization == "fp8"`): every projection of the layers as e4m3 with a scale
+  per output row (engine/device/fp8.py), through XLA's FP8 product. A checkpoint published
+  in FP8 (engine/loader/fp8_checkpoint.py) is served from its own values; served in
+  another precision, it is widened first.
 
 Why groups: one scale per row moved SmolLM2's top-1 prediction away from float32's at more
 than 5% of the positions of tests/engine/test_quantization.py's text; so did int8
@@ -28,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.config import AUTO, QUANTIZATIONS, ModelConfig
+from engine.device.fp8 import Fp8Weight, default_per_token_activations, quantize_fp8, widened_groups
 
 # Served name -> the checkpoint names it concatenates (along the output rows), in order.
 FUSED = {
@@ -98,11 +103,9 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
 
 def dequantize(weight, dtype=jnp.float32) -> jax.Array:
     """The matrix a weight stands for, in `dtype` (a float weight is returned as it is)."""
-    if not isinstance(weight, Int8Weight):
+    if not isinstance(weight, (Int8Weight, Fp8Weight)):
         return weight
-    values, scales = weight.values, weight.scales
-    groups = values.reshape(*scales.shape, -1).astype(dtype) * scales[..., None].astype(dtype)
-    return groups.reshape(values.shape)
+    return widened_groups(weight.values, weight.scales, dtype)
 
 
 def resolve_dtype(requested: str) -> str:
@@ -114,8 +117,9 @@ def resolve_dtype(requested: str) -> str:
     return "float32" if jax.default_backend() == "cpu" else "bfloat16"
 
 
-def resolve_quantization(requested: str, source_format: str) -> str:
-    """`requested`, or for "auto": int8 on a CPU backend for a GGUF checkpoint, else none.
+def resolve_quantization(requested: str, source_format: str, published: str = "none") -> str:
+    """`requested`, or for "auto": the checkpoint's own FP8 where it was `published` in FP8;
+    int8 on a CPU backend for a GGUF checkpoint; else none.
 
     A GGUF file's weights are usually stored at 8 bits or fewer already (the embedded
     SmolLM2 at 4), and the quality gate in tests/engine/test_quantization.py holds for the
@@ -123,15 +127,20 @@ def resolve_quantization(requested: str, source_format: str) -> str:
     GPUs and for float checkpoints, auto keeps the checkpoint's precision."""
     if requested != AUTO:
         return requested
+    if published == "fp8":
+        return "fp8"
     return "int8" if jax.default_backend() == "cpu" and source_format == "gguf" else "none"
 
 
 def fuse_layers(layers: dict) -> dict:
-    """The layer weights with q/k/v (and their biases) and gate/up concatenated."""
+    """The layer weights with q/k/v (and their biases) and gate/up concatenated (an FP8
+    checkpoint's values and scales alike: both run along the output rows)."""
     fused = dict(layers)
     for served, parts in FUSED.items():
         if all(part in fused for part in parts):
-            fused[served] = jnp.concatenate([jnp.asarray(fused.pop(part)) for part in parts], axis=1)
+            arrays = [fused.pop(part) for part in parts]
+            fused[served] = jax.tree.map(lambda *leaves: jnp.concatenate([jnp.asarray(leaf) for leaf in leaves],
+                                                                         axis=1), *arrays)
     return fused
 
 
@@ -139,20 +148,31 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
     """The served pytree for checkpoint `params` (host or device arrays), in `dtype`."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
-    cast = lambda array: jnp.asarray(array).astype(dtype)  # noqa: E731
-    layers = {name: cast(value) for name, value in fuse_layers(params["layers"]).items()}
-    weights = {name: cast(value) for name, value in params.items() if name != "layers"}
-    if quantization == "int8":  # a mixture of experts' experts stay in `dtype`
+    layers = fuse_layers(params["layers"])
+    weights = {name: _served(value, dtype, False) for name, value in params.items() if name != "layers"}
+    # A mixture of experts' experts stay in `dtype`.
+    weights["layers"] = {name: _served(value, dtype, name in QUANTIZED_LAYER_WEIGHTS and quantization == "fp8")
+                         for name, value in layers.items()}
+    if quantization == "int8":
         for name in QUANTIZED_LAYER_WEIGHTS:
-            if name in layers:
-                layers[name] = quantize_int8(layers[name])
-    weights["layers"] = layers
+            if name in weights["layers"]:
+                weights["layers"][name] = quantize_int8(weights["layers"][name])
     return weights
+
+
+def _served(value, dtype: str, fp8: bool):
+    """One checkpoint weight as served: e4m3 where `fp8` (a published FP8 weight as it is),
+    else in `dtype` (a published FP8 weight widened)."""
+    if fp8 and isinstance(value, Fp8Weight):
+        return Fp8Weight(jnp.asarray(value.values), jnp.asarray(value.scales), default_per_token_activations())
+    if fp8:
+        return quantize_fp8(jnp.asarray(value), default_per_token_activations())  # from the checkpoint's values
+    return dequantize(value, dtype) if isinstance(value, Fp8Weight) else jnp.asarray(value).astype(dtype)
 
 
 def is_served_weight(name) -> bool:
     """Whether `name` (a key of the served pytree) names a weight, rather than a part of
-    one (an int8 weight's values or scales) or the layers' subtree."""
+    one (an int8 or FP8 weight's values or scales) or the layers' subtree."""
     return name in SERVED_AXES or str(name).endswith("norm") or is_lora_slots(name)
 
 

@@ -1,22 +1,24 @@
 """Hugging Face checkpoints: config.json to a ModelConfig, safetensors to the weights pytree.
 
 A directory holds either one `model.safetensors` or shards listed in
-`model.safetensors.index.json`. Weights are read one tensor at a time, widened to float32
-and stacked over layers; PyTorch's [out, in] is already the layout of engine/models/params.py.
+`model.safetensors.index.json`. Weights are read one tensor at a time from the files mapped
+(engine/loader/mapped.py), widened to float32 and stacked over layers; PyTorch's [out, in]
+is already the layout of engine/models/params.py. A checkpoint published in FP8 keeps its
+projections' own values and scales (engine/loader/fp8_checkpoint.py).
 Every tensor in the files must be used: an unexpected one (an o_proj
 bias, say) means a model this engine would run wrongly, so it is refused by name.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
 
 from engine.config import LINEAR, LLAMA3, ModelConfig, RopeScaling
+from engine.loader.fp8_checkpoint import Fp8Scheme, fp8_weight, fp8_scheme, scale_name, scheme_of
+from engine.loader.mapped import mapped_tensors
 from engine.models import family_for_hf, family_of
 from engine.models.params import param_specs
 from engine.loader.progress import WEIGHTS, Progress, StageCount
@@ -28,6 +30,7 @@ def config_from_hf(config_json: dict) -> ModelConfig:
     The shared fields are read here; the family (engine/models/) adds or overrides its own."""
     c = config_json
     family, architecture = family_for_hf(c.get("architectures") or [])
+    fp8_scheme(c)  # a quantization Flint cannot read is refused here, by name
     hidden, num_heads = c["hidden_size"], c["num_attention_heads"]
     rope = c.get("rope_parameters") or {}  # transformers 5 moved rope settings here
     shared = dict(
@@ -83,22 +86,28 @@ def load_hf_params(directory: str | Path, config: ModelConfig, progress: Progres
     """The float32 weights pytree (engine/models/params.py layout) from `directory`'s
     safetensors; `progress` is told each tensor read (engine/loader/progress.py)."""
     files = _tensor_files(Path(directory))
-    _refuse_unused(files, config)
+    scheme = scheme_of(directory)
+    _refuse_unused(files, config, scheme)
     # Out of every tensor in the files: a tied checkpoint's copy of the embedding and the
     # ignored ones are not read, and count as done at the end.
     count = StageCount(progress, WEIGHTS, len(files))
-    with contextlib.ExitStack() as stack:
-        handles = {path: stack.enter_context(safe_open(path, framework="numpy"))
-                   for path in set(files.values())}
+    views = {}
+    for path in set(files.values()):
+        views.update(mapped_tensors(path)[1])
 
-        def read(name: str) -> np.ndarray:
-            if name not in files:
-                raise ValueError(f"checkpoint lacks tensor {name}")
-            array = handles[files[name]].get_tensor(name).astype(np.float32)
-            count.advance()
-            return array
+    def tensor(name: str) -> np.ndarray:
+        if name not in views:
+            raise ValueError(f"checkpoint lacks tensor {name}")
+        count.advance()
+        return views[name]
 
-        params = _read_params(read, config)
+    def read(name: str):
+        """A float32 array, or the checkpoint's own FP8 where the tensor has a scale."""
+        if scheme is not None and scale_name(name, scheme) in views:
+            return fp8_weight(name, np.array(tensor(name)), tensor(scale_name(name, scheme)), scheme)
+        return np.array(tensor(name), np.float32)
+
+    params = _read_params(read, config)
     count.finish()
     return params
 
@@ -111,10 +120,12 @@ def _read_params(read, config: ModelConfig) -> dict:
     return params
 
 
-def _refuse_unused(files: dict[str, Path], config: ModelConfig) -> None:
+def _refuse_unused(files: dict[str, Path], config: ModelConfig, scheme: Fp8Scheme | None) -> None:
     family = family_of(config)
     # A tied checkpoint may still carry lm_head.weight (a copy of the embedding): harmless.
     expected = family.hf_tensors.expected(param_specs(config)["layers"], config)
+    if scheme is not None:  # any weight may carry its scale
+        expected |= {scale_name(name, scheme) for name in expected}
     unused = sorted(n for n in files if n not in expected and not n.endswith(family.hf_ignored_suffixes))
     if unused:
         raise ValueError(f"checkpoint has tensors this model does not use: {', '.join(unused[:5])}")
@@ -129,5 +140,4 @@ def _tensor_files(directory: Path) -> dict[str, Path]:
     single = directory / "model.safetensors"
     if not single.is_file():
         raise ValueError(f"{directory} holds neither {single.name} nor {index.name}")
-    with safe_open(single, framework="numpy") as f:
-        return {name: single for name in f.keys()}
+    return {name: single for name in mapped_tensors(single)[1]}

@@ -29,9 +29,12 @@ from safetensors.numpy import save_file
 
 from engine.config import EngineConfig
 from engine.device import weights as served_form
+from engine.device import fp8 as fp8_form
+from engine.device.fp8 import Fp8Weight, default_per_token_activations
 from engine.device.weights import Int8Weight, serving_weights
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.kept import files_key
+from engine.loader.mapped import mapped_tensors
 from engine.loader.source import ModelSource
 from engine.loader.progress import WEIGHTS, Progress, StageCount
 
@@ -40,8 +43,8 @@ log = logging.getLogger("flint")
 FORMAT = "flint-served-weights-2"  # 2: the tensors start aligned (`save`)
 KEY_LENGTH = 32  # hex digits of an entry's key in its name
 KEEP_PER_MODEL = 2  # entries kept of one model (say, two dtypes served from one data directory)
-# safetensors' NumPy side has no bfloat16: such arrays are written as their uint16 bits.
-BITS_OF = {"bfloat16": np.uint16}
+# safetensors' NumPy side has no bfloat16 or float8: such arrays are written as their bits.
+BITS_OF = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8}
 
 
 def entry_for(directory: str | os.PathLike | None, source: ModelSource, config: EngineConfig, mesh) -> Path | None:
@@ -81,7 +84,7 @@ def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
 
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
-    code = hashlib.sha256(inspect.getsource(served_form).encode()).hexdigest()
+    code = hashlib.sha256((inspect.getsource(served_form) + inspect.getsource(fp8_form)).encode()).hexdigest()
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code]).encode())
     return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:KEY_LENGTH]}.safetensors"
 
@@ -135,46 +138,6 @@ def load(path: Path, progress: Progress | None = None) -> dict | None:
     return _unflatten(flat)
 
 
-# safetensors' dtype names, of the arrays `save` writes.
-SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-                      "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16,
-                      "U8": np.uint8, "BOOL": np.bool_}
-
-
-def mapped_tensors(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The file's metadata and each tensor as a view of the file mapped copy-on-write.
-
-    safetensors' own layout (an 8-byte little-endian header length, a JSON header giving each
-    tensor's dtype, shape and byte range, then the bytes), read here rather than through
-    safe_open because its NumPy reader copies every tensor into memory of its own, which
-    the runner's device_put then copied again. A view aligned for XLA's CPU client is used
-    in place, so the weights are the file's pages (in the page cache, read as the first
-    steps touch them); others are copied once (`aligned_copy`). The mapping is private:
-    nothing the process does can change the file, and the file, replaced or removed by
-    another start, stays mapped as it was (`save` and `prune` never write one in place)."""
-    with path.open("rb") as file:
-        header_length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(header_length))
-    metadata = header.pop("__metadata__", None) or {}
-    data_start, size = 8 + header_length, path.stat().st_size
-    views = {}
-    for key, entry in header.items():
-        start, end = entry["data_offsets"]
-        if not 0 <= start <= end <= size - data_start:
-            raise ValueError(f"tensor {key} lies outside the file")
-        views[key] = _mapped(path, data_start + start, SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"]))
-    return metadata, views
-
-
-def _mapped(path: Path, offset: int, dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """One tensor in a copy-on-write mapping of its own: a tensor the model replaces (the
-    embedding it narrows to bfloat16) is unmapped once let go, its pages no longer counted
-    as the server's. An empty one maps nothing (a mapping cannot be empty)."""
-    if not math.prod(shape):
-        return np.zeros(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)
-
-
 HOST_ALIGNMENT = 64  # bytes: XLA's CPU client uses a host array so aligned in place, and copies others
 
 
@@ -207,6 +170,9 @@ def _flatten(weights: dict, prefix: str = ""):
         elif isinstance(value, Int8Weight):
             yield f"{key}/int8.values", value.values
             yield f"{key}/int8.scales", value.scales
+        elif isinstance(value, Fp8Weight):
+            yield f"{key}/fp8.values", value.values
+            yield f"{key}/fp8.scales", value.scales
         else:
             yield key, value
 
@@ -219,12 +185,14 @@ def _unflatten(flat: dict) -> dict:
         for parent in parents:
             node = node.setdefault(parent, {})
         node[name] = array
-    return _rebuild_int8(tree)
+    return _rebuild_quantized(tree)
 
 
-def _rebuild_int8(node):
+def _rebuild_quantized(node):
     if not isinstance(node, dict):
         return node
     if set(node) == {"int8.values", "int8.scales"}:
         return Int8Weight(values=node["int8.values"], scales=node["int8.scales"])
-    return {name: _rebuild_int8(child) for name, child in node.items()}
+    if set(node) == {"fp8.values", "fp8.scales"}:
+        return Fp8Weight(node["fp8.values"], node["fp8.scales"], default_per_token_activations())
+    return {name: _rebuild_quantized(child) for name, child in node.items()}

@@ -12,6 +12,7 @@ from engine.device.sharding import param_shardings
 from engine.device.weights import resolve_dtype, resolve_quantization
 from engine.loader import served_cache
 from engine.loader.checkpoint import Checkpoint, load_checkpoint
+from engine.loader.fp8_checkpoint import published_quantization
 from engine.loader.kept import load_description, save_description
 from engine.loader.source import ModelSource
 from engine.loader.progress import Progress
@@ -20,7 +21,8 @@ from engine.text.tokenizer import Tokenizer
 
 def served_config(config: EngineConfig, source: ModelSource) -> EngineConfig:
     """`config` with its dtype and quantization resolved for the checkpoint `source`."""
-    return dataclasses.replace(config, quantization=resolve_quantization(config.quantization, source.format),
+    quantization = resolve_quantization(config.quantization, source.format, published_quantization(source))
+    return dataclasses.replace(config, quantization=quantization,
                                dtype=resolve_dtype(config.dtype))
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 from engine.config import ModelConfig
@@ -59,9 +60,9 @@ class TensorNames:
         experts, where the format keeps a tensor per expert)."""
         def one_layer(index: int) -> np.ndarray:
             arrays = [read(tensor) for tensor in self.layer_names(name, index, config.num_experts)]
-            return np.stack(arrays) if self.per_expert(name) else arrays[0]
+            return stacked_weights(arrays) if self.per_expert(name) else arrays[0]
 
-        return np.ascontiguousarray(np.stack([one_layer(i) for i in range(config.num_layers)]))
+        return stacked_weights([one_layer(i) for i in range(config.num_layers)])
 
     def expected(self, layer_weights: Iterable[str], config: ModelConfig) -> set[str]:
         """Every tensor name a checkpoint of `config` may hold, for its `layer_weights`."""
@@ -92,3 +93,13 @@ class Family:
     gguf_norm_offset: float = 0.0
     # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).
     hf_ignored_suffixes: tuple[str, ...] = field(default=("rotary_emb.inv_freq",))
+
+
+def stacked_weights(weights: list):
+    """Arrays, or quantized weights (an FP8 checkpoint's, engine/device/fp8.py), stacked
+    along a new first axis, leaf by leaf."""
+    kinds = {type(weight) for weight in weights}
+    if len(kinds) != 1:
+        raise ValueError(f"a stacked weight mixes {', '.join(sorted(kind.__name__ for kind in kinds))}: "
+                         "quantized in some layers and not in others")
+    return jax.tree.map(lambda *leaves: np.ascontiguousarray(np.stack(leaves)), *weights)

@@ -1,4 +1,4 @@
-"""The layers every model family shares: projections (float or int8), RMSNorm, RoPE, the
+"""The layers every model family shares: projections (float, int8 or FP8), RMSNorm, RoPE, the
 gated MLP, the q/k/v projection, how the layers' weights lie in the model's state, and the
 loop over layers.
 
@@ -26,14 +26,17 @@ import jax.numpy as jnp
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
 from engine.device.lora import RowAdapters, is_lora_weight
 from engine.device.native import ops as native_ops
+from engine.device import fp8
 from engine.device.weights import Int8Weight, dequantize
 
 
 def linear(x, weight):
-    """x [t, in] times a weight stored [out, in] (float, Int8Weight, or a NativeWeight the
-    native CPU kernel reads in place)."""
+    """x [t, in] times a weight stored [out, in] (float, Int8Weight, Fp8Weight, or a
+    NativeWeight the native CPU kernel reads in place)."""
     if isinstance(weight, native_ops.NativeWeight):  # every count of tokens: one order of sums
         return native_ops.linear(x, weight).astype(x.dtype)
+    if isinstance(weight, fp8.Fp8Weight):
+        return fp8.linear(x, weight)
     if isinstance(weight, Int8Weight):
         weight = dequantize(weight, x.dtype)  # widened inside the product
     if x.shape[0] == 1:

@@ -21,6 +21,7 @@ from engine.device.sharding import make_mesh
 from engine.device.weights import Int8Weight
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader import kept, served_cache
+from engine.loader.mapped import mapped_tensors
 from engine.loader.source import resolve_model
 
 CONFIG = EngineConfig(max_model_len=64, max_num_seqs=2, max_num_batched_tokens=16, page_size=8, num_pages=24,
@@ -124,7 +125,7 @@ def test_kept_weights_start_aligned_and_are_placed_without_a_copy(tmp_path):
         path = tmp_path / f"{name}.safetensors"
         served_cache.save(path, tree)
         assert (8 + served_cache.header_text_length(path)) % served_cache.HOST_ALIGNMENT == 0
-        _, views = served_cache.mapped_tensors(path)
+        _, views = mapped_tensors(path)
         aligned_in_place = sum(served_cache.is_aligned(view) for view in views.values())
         assert aligned_in_place == (len(views) if tree is weights else 1)  # the rest are copied, aligned
         back = leaves(served_cache.load(path))
