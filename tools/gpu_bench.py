@@ -91,7 +91,8 @@ SETTINGS = {
 # device tool's 10 minutes leaves its compiled buckets for the next call (the 8B shape's took
 # 108-126 s each on an H100, BENCHMARKS.md "Issue 24 [2/6]: the first run on an H100").
 GPU_CACHE = "/tmp/flint-gpu-check-cache"
-TARGETS = {"decode_b1_roofline_pct": ">= 85 (H100)", "throughput_256_tok_s": ">= 15,000 (H100)"}
+TARGETS = {"decode_b1_roofline_pct": ">= 85 (H100)", "throughput_256_tok_s": ">= 17,000 (H100)",
+           "fp8_decode_b1_vs_bf16": ">= 1.7 (H100)", "fp8_throughput_256_vs_bf16": ">= 1.3 (H100)"}
 PROFILE_CATEGORIES = ("attention", "matmul", "sampling", "copy", "other", "idle")
 MAX_COPY_PCT = 5.0  # of a decode step: more means weights (or the cache) are copied, not read
 
@@ -110,6 +111,9 @@ def metric_keys(settings: Settings) -> list[str]:
     keys += ["layers_read_ms"]
     for form in gpu_layer_loop.FORMS:
         keys += [f"layers_{form}_compile_s"] + [f"layers_{form}_{rows}_ms" for rows in profile_rows(settings)]
+    most = max(settings.concurrency)
+    keys += ["fp8_weights_s", "fp8_compile_s", "fp8_decode_b1_tok_s", "fp8_decode_b1_vs_bf16",
+             f"fp8_throughput_{most}_decode_tok_s", f"fp8_throughput_{most}_vs_bf16"]
     return keys
 
 
@@ -138,11 +142,13 @@ def engine_args(settings: Settings) -> argparse.Namespace:
                               dtype=settings.dtype)
 
 
-def build_engine(settings: Settings, record: dict) -> Engine:
-    """The engine over random weights drawn on the device, every bucket compiled."""
+def build_engine(settings: Settings, record: dict, quantization: str = "none") -> Engine:
+    """The engine over random weights drawn on the device, every bucket compiled; its
+    figures named with the quantization first where it has one (fp8_compile_s)."""
     config = dataclasses.replace(bench_config(engine_args(settings)), token_buckets=settings.token_buckets,
                                  max_num_batched_tokens=settings.token_buckets[-1],
-                                 max_prefill_rows=settings.max_prefill_rows, quantization="none")
+                                 max_prefill_rows=settings.max_prefill_rows, quantization=quantization)
+    prefix, what = ("", "") if quantization == "none" else (f"{quantization}_", f", {quantization}")
     model = SHAPES[settings.shape]
     mesh = make_mesh(config)
     started = time.perf_counter()
@@ -152,10 +158,12 @@ def build_engine(settings: Settings, record: dict) -> Engine:
     engine = random_engine(model, config, params, mesh)
     del params  # the runner holds the fused, served weights; the drawn ones can go
     jax.block_until_ready(engine.runner.state)
-    gpu_report.put(record, "weights_s", time.perf_counter() - started, "random weights drawn on the device (s)")
+    gpu_report.put(record, f"{prefix}weights_s", time.perf_counter() - started,
+                   f"random weights drawn on the device{what} (s)")
     seconds = engine.runner.warmup(lambda line: print(line, flush=True))
     source = f", loaded from {cache}, which an earlier call filled" if warm_cache else ""
-    gpu_report.put(record, "compile_s", seconds, f"compile of the buckets {list(config.token_buckets)}{source} (s)")
+    gpu_report.put(record, f"{prefix}compile_s", seconds,
+                   f"compile of the buckets {list(config.token_buckets)}{what}{source} (s)")
     return engine
 
 
@@ -185,6 +193,26 @@ def measure_decode(engine: Engine, settings: Settings, bandwidth: float, record:
                    f"batch-1 decode step on the device alone, a window of {window} (ms)")
     gpu_report.put(record, "decode_b1_device_pct", 100 * roofline_ms / device_ms,
                    "batch-1 device step, percent of the HBM roofline")
+
+
+def measure_fp8(settings: Settings, record: dict, rng) -> None:
+    """FP8 weights (per-row e4m3, activations per token) against the bfloat16 figures above:
+    batch-1 decode and the most sequences' decode, on an engine of their own that compiles
+    only the decode buckets (the prompts go through in steps of the largest)."""
+    buckets = profile_rows(settings)
+    fp8 = dataclasses.replace(settings, token_buckets=buckets, max_prefill_rows=2)
+    engine = build_engine(fp8, record, quantization="fp8")
+    warm(engine, fp8, rng)
+    metrics, most = record["metrics"], max(settings.concurrency)
+    rate = single_stream(engine, engine_args(fp8), rng)
+    gpu_report.put(record, "fp8_decode_b1_tok_s", rate, "batch-1 decode through the engine, FP8 weights (tok/s)")
+    gpu_report.put(record, "fp8_decode_b1_vs_bf16", rate / metrics["decode_b1_tok_s"],
+                   "  against bfloat16's", TARGETS["fp8_decode_b1_vs_bf16"])
+    _, decode = aggregate(engine, engine_args(dataclasses.replace(fp8, concurrency=(most,))), most, rng)
+    gpu_report.put(record, f"fp8_throughput_{most}_decode_tok_s", decode,
+                   f"throughput at {most} sequences once all decode, FP8 weights (output tok/s)")
+    gpu_report.put(record, f"fp8_throughput_{most}_vs_bf16", decode / metrics[f"throughput_{most}_decode_tok_s"],
+                   "  against bfloat16's", TARGETS.get(f"fp8_throughput_{most}_vs_bf16", ""))
 
 
 def measure_throughput(engine: Engine, settings: Settings, record: dict, rng) -> None:
@@ -266,6 +294,7 @@ def run(settings: Settings, out_dir: Path, command: str) -> dict:
         "profiles": lambda: measure_profiles(engine, settings, out_dir, record),
         "layer loops": lambda: measure_layer_loops(engine, settings, bandwidth, record),
         "attention": lambda: measure_attention(engine, settings, bandwidth, record),
+        "fp8": lambda: measure_fp8(settings, record, rng),
     }
     for name, measure in measures.items():
         started = time.perf_counter()

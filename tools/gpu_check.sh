@@ -89,7 +89,7 @@ step serve 120 \
 # The benchmark may take whatever BUDGET leaves: alone (--only benchmark) about 540 s.
 step benchmark 560 \
     "$PYTHON tools/gpu_bench.py$BENCH_FLAGS --out $OUT_DIR" \
-    "a Llama-3-8B shape with random bfloat16 weights: copy bandwidth, batch-1 decode against the HBM roofline, throughput at 64 and 256 sequences, time to first token of 2,048 tokens, a profiled decode step"
+    "a Llama-3-8B shape with random bfloat16 weights: copy bandwidth, batch-1 decode against the HBM roofline, throughput at 64 and 256 sequences, time to first token of 2,048 tokens, a profiled decode step (its idle share: the host's), and FP8 weights' batch-1 and 256-sequence decode against bfloat16's"
 
 if [ "$DRY_RUN" = 1 ]; then
     echo "tools/gpu_check.sh: results in $OUT_DIR (gpu_check.json, gpu_check.md, gpu_check.log)"
