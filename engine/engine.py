@@ -31,6 +31,7 @@ from engine.host.scheduler import Scheduler, SchedulerOutput
 from engine.host.sequence import Sequence
 from engine.host.speculation import SpeculationConfig, follows_prediction
 from engine.host.validation import check_request
+from engine.host.window_output import land_window, lands_by_row
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
@@ -291,6 +292,8 @@ class Engine:
             outputs = self._land_verified(flight, steps[0])
         elif flight.num_steps == 1:
             outputs = self.output.process(flight.scheduled, steps[0])
+        elif lands_by_row(flight.scheduled):  # a row's tokens at once (engine/host/window_output.py)
+            outputs = land_window(self.output, flight.scheduled, steps)
         else:
             outputs = merge_outputs([output for index, step in enumerate(steps)
                                      for output in self.output.process(window_round(flight.scheduled, index), step)])

@@ -10,9 +10,10 @@ wrapping the engine's own methods for the run (nothing in the engine changes):
     pack        ModelRunner.pack: the batch's host arrays
     launch      ModelRunner.launch / launch_next: the transfer to the device and the call
     collect     ModelRunner.collect: waiting for the results and copying them back
-    output      OutputStage.process: the scheduler's update, stop checks, outputs, of which
+    output      OutputStage.process, or a window's engine/host/window_output.py land_window:
+                the scheduler's update, stop checks, outputs, of which
       detokenize  IncrementalDetokenizer.push
-      stops       StopStringMatcher.feed
+      stops       StopStringMatcher.feed and feed_pieces
     masks       GrammarMasks.start (grammar masks for the next step)
     other       the rest of Engine.step
 
@@ -43,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import EngineConfig, ModelConfig  # noqa: E402
+import engine.engine as engine_module  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.host.heap import settle_after_load  # noqa: E402
 from engine.host.output import OutputStage  # noqa: E402
@@ -126,8 +128,10 @@ def clocked(engine: Engine):
         clock.wrap(engine.runner, "launch_next", "launch", stack)
         clock.wrap(engine.runner, "collect", "collect", stack)
         clock.wrap(OutputStage, "process", "output", stack)
+        clock.wrap(engine_module, "land_window", "output", stack)  # a window's rows at once
         clock.wrap(IncrementalDetokenizer, "push", "detokenize", stack)
         clock.wrap(StopStringMatcher, "feed", "stops", stack)
+        clock.wrap(StopStringMatcher, "feed_pieces", "stops", stack)
         clock.wrap(engine.masks, "start", "masks", stack)
         yield clock
 

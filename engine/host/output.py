@@ -76,7 +76,7 @@ class OutputStage:
         outputs = [with_logit(output, logits.get(seq.request_id)) for seq in grown
                    if (output := self._advance_alone(seq, logprobs.get(seq.request_id))) is not None]
         # A max_tokens 0 request whose prompt is computed: done, with no output token.
-        return outputs + [self._end(item.seq, [], "length") for item in scheduled.scheduled
+        return outputs + [self.finish(item.seq, [], "length") for item in scheduled.scheduled
                           if item.seq.is_prefill_only_done]
 
     def _advance_alone(self, seq: Sequence, logprob: TokenLogprob | None) -> RequestOutput | None:
@@ -92,7 +92,7 @@ class OutputStage:
 
     def aborted(self, seq: Sequence) -> RequestOutput:
         """The last output of a sequence the scheduler has just aborted: the text held back."""
-        return self._output(seq, [], self._drain(seq).text, reasoning=drain_thoughts(seq))
+        return self.emit(seq, [], self._drain(seq).text, reasoning=drain_thoughts(seq))
 
     def _record_rows(self, scheduled: SchedulerOutput, step: StepOutput) -> dict[str, TokenLogprob | None]:
         """Keep each row's prompt logprobs and Mirostat state; the sampled tokens' logprobs."""
@@ -112,32 +112,32 @@ class OutputStage:
         logprobs = [logprob] if logprob is not None else None
         if token in seq.end_token_ids:
             stop_token = token if token in seq.stop.token_ids else None  # None: EOS
-            return self._end(seq, [token], "stop", stop_reason=stop_token, logprobs=logprobs)
+            return self.finish(seq, [token], "stop", stop_reason=stop_token, logprobs=logprobs)
         part = seq.reasoning.advance(token) if seq.reasoning is not None else ANSWER
         if part != ANSWER:
             return self._think(seq, token, part, logprobs)
         if seq.matcher is not None and not seq.matcher.consume_token(token):
             log.error("request %s: its grammar refused token %d: %s", seq.request_id, token, seq.matcher.get_error())
-            return self._end(seq, [], "abort")
+            return self.finish(seq, [], "abort")
         shown = [token] if seq.reasoning is None or seq.reasoning.shows(token) else []  # a stray tag: no text
         scan = seq.stop_matcher.feed(answer_text(seq, seq.detokenizer.push(shown)))
         if scan.stopped:
-            return self._end(seq, [token], "stop", scan.text, scan.stop, logprobs)
+            return self.finish(seq, [token], "stop", scan.text, scan.stop, logprobs)
         if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete
-            return self._end(seq, [token], "stop", scan.text, logprobs=logprobs)
+            return self.finish(seq, [token], "stop", scan.text, logprobs=logprobs)
         if seq.num_output_tokens >= seq.stop.max_tokens or seq.num_tokens >= self.max_model_len:
-            return self._end(seq, [token], "length", scan.text, logprobs=logprobs)
-        return self._output(seq, [token], scan.text, logprobs)
+            return self.finish(seq, [token], "length", scan.text, logprobs=logprobs)
+        return self.emit(seq, [token], scan.text, logprobs)
 
     def _think(self, seq: Sequence, token: int, part: str, logprobs: list[TokenLogprob] | None) -> RequestOutput:
         """The output for a token of the thinking section (`part`: START, THOUGHT or END):
         the thoughts' new text (a tag has none of its own); only the limits end it here."""
         thoughts = section_text(seq.reasoning, token, part)
         if seq.num_output_tokens >= seq.stop.max_tokens or seq.num_tokens >= self.max_model_len:
-            return self._end(seq, [token], "length", logprobs=logprobs, reasoning=thoughts)
-        return self._output(seq, [token], "", logprobs, reasoning=thoughts)
+            return self.finish(seq, [token], "length", logprobs=logprobs, reasoning=thoughts)
+        return self.emit(seq, [token], "", logprobs, reasoning=thoughts)
 
-    def _end(self, seq: Sequence, tokens: list[int], reason: str, text: str = "",
+    def finish(self, seq: Sequence, tokens: list[int], reason: str, text: str = "",
              stop_reason: str | int | None = None, logprobs: list[TokenLogprob] | None = None,
              reasoning: str = "") -> RequestOutput:
         """Finish `seq` now (its pages are free when this returns) and emit the text held back.
@@ -148,7 +148,7 @@ class OutputStage:
         if tail.stopped:
             reason, stop_reason = "stop", tail.stop
         self.scheduler.finish(seq, reason)
-        return self._output(seq, tokens, text + tail.text, logprobs, stop_reason, reasoning + drain_thoughts(seq))
+        return self.emit(seq, tokens, text + tail.text, logprobs, stop_reason, reasoning + drain_thoughts(seq))
 
     @staticmethod
     def _drain(seq: Sequence) -> StopScan:
@@ -158,7 +158,7 @@ class OutputStage:
         return scan if scan.stopped else StopScan(scan.text + seq.stop_matcher.flush())
 
     @staticmethod
-    def _output(seq: Sequence, tokens: list[int], text: str, logprobs: list[TokenLogprob] | None = None,
+    def emit(seq: Sequence, tokens: list[int], text: str, logprobs: list[TokenLogprob] | None = None,
                 stop_reason: str | int | None = None, reasoning: str = "") -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=seq.finish_reason,

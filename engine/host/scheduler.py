@@ -183,6 +183,15 @@ class Scheduler:
                 grown.append(seq)
         return grown
 
+    def advance(self, seq: Sequence, token_ids: list[int]) -> None:
+        """Record the rounds of a decode window that kept `token_ids` for `seq` at once
+        (engine/host/window_output.py): as `update` round by round, each round computing the
+        token before its own (the prefix cache reads only computed tokens)."""
+        seq.token_ids.extend(token_ids)
+        seq.num_computed_tokens += len(token_ids)
+        self.block_manager.mark_computed(seq)
+        self.block_manager.release_unseen(seq)
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Queue `child`, a beam forked from `parent`, right behind it: running with its
         parent's pages shared (BlockManager.fork), or waiting if the parent lost its pages."""

@@ -59,7 +59,7 @@ def lookup_pays(seq: Sequence) -> bool:
 
 def follows_prediction(seq: Sequence) -> bool:
     """Whether `seq` has predicted tokens ahead of its output (so drafts may come)."""
-    return len(seq.output_token_ids) + seq.prediction_shift < len(seq.prediction)
+    return bool(seq.prediction) and seq.num_output_tokens + seq.prediction_shift < len(seq.prediction)
 
 
 def predicted_continuation(seq: Sequence, limit: int) -> list[int]:

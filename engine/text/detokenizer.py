@@ -95,6 +95,19 @@ class IncrementalDetokenizer:
             return ""
         return self._advance(text)
 
+    def push_each(self, token_ids: Sequence[int]) -> list[str]:
+        """`push` of each token in turn: the text each one adds (a decode window's tokens,
+        whose stop strings need to know which token completed one, engine/host/window_output.py)."""
+        if self._pieces is None:
+            return [self.push([token]) for token in token_ids]
+        decode, piece = self._utf8.decode, self._pieces
+        texts = [decode(piece(token)) for token in token_ids]
+        if self._prompt_character:
+            first = next((index for index, text in enumerate(texts) if text), None)
+            if first is not None:
+                texts[first] = self._past_prompt(texts[first])
+        return texts
+
     def flush(self) -> str:
         """Whatever is still held back, broken characters shown as U+FFFD."""
         if self._pieces is not None:

@@ -48,6 +48,27 @@ class StopStringMatcher:
         self._held = text[len(text) - keep:] if keep else ""
         return StopScan(text[: len(text) - keep])
 
+    def feed_pieces(self, pieces: list[str]) -> tuple[StopScan, int | None]:
+        """`feed` of the pieces at once, as fed one by one: the scan, and the index of the
+        piece at which a stop string was first complete (None: none was). Fed one by one,
+        the scan stops at the first piece that completes any stop string, and reports the
+        match then found that starts first; a shorter stop starting later may end sooner
+        than the match that starts first in the whole text, so that piece is found first."""
+        if self._done:
+            return StopScan(""), None
+        text = self._held + "".join(pieces)
+        ends = [first + len(stop) for stop in self.stops if (first := text.find(stop)) >= 0]
+        if not ends:
+            return self.feed("".join(pieces)), None
+        end, index = len(self._held), -1
+        for index, piece in enumerate(pieces):
+            end += len(piece)
+            if end >= min(ends):
+                break
+        position, stop = self._earliest_match(text[:end])
+        self._held, self._done = "", True
+        return StopScan(text[:position], stop), index
+
     def flush(self) -> str:
         """Held-back text, emitted because the generation ended before it could match."""
         held, self._held = self._held, ""

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import engine.engine as engine_module
 from engine.config import EngineConfig
 from engine.host.request import Request, SamplingParams, StopCriteria
 
@@ -36,10 +37,10 @@ def engines(tiny_engine_factory):
     return tiny_engine_factory(ONE_STEP), tiny_engine_factory(WINDOW)
 
 
-def requests(vocab_size: int, stop: StopCriteria | None = None) -> list[Request]:
+def requests(vocab_size: int, stop: StopCriteria | None = None, kinds: dict = KINDS) -> list[Request]:
     rng = np.random.default_rng(5)
     made = []
-    for index, (kind, sampling) in enumerate(KINDS.items()):
+    for index, (kind, sampling) in enumerate(kinds.items()):
         prompt = [int(t) for t in rng.integers(0, vocab_size, 6 + 5 * index)]
         criteria = stop or StopCriteria(max_tokens=21 + index, ignore_eos=True,
                                         min_tokens=12 if kind == "min-tokens" else 0)
@@ -123,6 +124,32 @@ def test_a_stop_inside_a_window_ends_the_sequence_where_one_step_would(engines):
     assert produced["greedy"]["finish"] == ("stop", stop_string)
     assert produced["seeded"]["finish"][0] == "stop"
     assert len(produced["greedy"]["tokens"]) < 40 and len(produced["seeded"]["tokens"]) <= 10
+    assert window.block_manager.num_free_pages == WINDOW.num_pages - 1
+
+
+# Rows that ask for nothing per token: their windows land a row at a time (engine/host/window_output.py).
+PLAIN_KINDS = {kind: sampling for kind, sampling in KINDS.items() if kind != "logprobs"}
+
+
+def test_plain_rows_landed_a_row_at_a_time_give_what_single_steps_give(engines, monkeypatch):
+    """A window of rows without logprobs lands each row's tokens at once: the same tokens,
+    text and stops as one step a call, with stop strings that overlap (the shorter one,
+    starting later, ends first), a stop token and the length limits met inside windows."""
+    one_step, window = engines
+    vocab = window.model_config.vocab_size
+    landed = []
+    land_window = engine_module.land_window
+    monkeypatch.setattr(engine_module, "land_window", lambda *args: landed.append(1) or land_window(*args))
+    free_run = run(one_step, requests(vocab, kinds=PLAIN_KINDS))
+    text, middle = free_run["greedy"]["text"], len(free_run["greedy"]["text"]) // 2
+    stop = StopCriteria(max_tokens=40, ignore_eos=True, token_ids=(free_run["seeded"]["tokens"][9],),
+                        strings=(text[middle:middle + 8], text[middle + 2:middle + 4]))
+    for criteria in (None, stop):
+        expected = run(one_step, requests(vocab, criteria, PLAIN_KINDS))
+        produced = run(window, requests(vocab, criteria, PLAIN_KINDS))
+        assert_same(produced, expected)
+    assert produced["greedy"]["finish"][0] == "stop" and produced["seeded"]["finish"][0] == "stop"
+    assert len(landed) > 5, "no window landed a row at a time"
     assert window.block_manager.num_free_pages == WINDOW.num_pages - 1
 
 

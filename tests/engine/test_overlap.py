@@ -4,7 +4,7 @@ by its sampled tokens, so the device computes it while the host lands the last o
 
 Made measurable on a CPU: each decode step of the compiled program is given device work of
 its own (a loop of small matmuls, so a window takes a tenth of a second or more), and the
-output stage a sleep as long as a window's device time, measured first. A window then takes
+host's landing of a window a sleep as long as its device time, measured first. A window then takes
 about max(host, device) with the overlap, and their sum without it. (A host callback that
 sleeps would not do: JAX runs a CPU program holding one synchronously, dispatch included.)
 """
@@ -41,21 +41,22 @@ def busy_logits(logits):
 
 def window_times(engine, host_seconds: float) -> list[float]:
     """Seconds between the outputs of successive windows of one long greedy request, past
-    its prompt and first windows, with `host_seconds` of sleep in the output stage a window."""
+    its prompt and first windows, with `host_seconds` of sleep as each window lands."""
     engine.add_request(Request(f"long-{host_seconds}", [5, 6, 7, 8], SamplingParams(temperature=0.0),
                                StopCriteria(max_tokens=1 + 8 * WINDOW_STEPS, ignore_eos=True)))
-    process = engine.output.process
+    land = engine._land
 
-    def slow_process(*args):
-        time.sleep(host_seconds / WINDOW_STEPS)  # the output stage lands a window a step at a time
-        return process(*args)
+    def slow_land(flight):
+        outputs = land(flight)  # its results back (the device done with it), then the host's time
+        time.sleep(host_seconds)
+        return outputs
 
-    engine.output.process = slow_process
+    engine._land = slow_land
     stamps = []
     while engine.has_unfinished():
         engine.step()
         stamps.append(time.perf_counter())
-    engine.output.process = process
+    del engine._land  # the method again
     return list(np.diff(stamps)[2:-1])
 
 

@@ -86,3 +86,44 @@ def test_the_longest_possible_beginning_is_held_back_whatever_repeats_in_it():
         held = max((length for stop in stops for length in range(1, min(len(stop), len(text) + 1))
                     if text.endswith(stop[:length])), default=0)
         assert StopStringMatcher(stops).feed(text).text == text[:len(text) - held], (stops, text)
+
+
+def one_by_one(matcher, pieces):
+    """(emitted text, stop, index of the piece that stopped it) of feeding `pieces` one at a
+    time, as the output stage feeds a token's text, until a stop."""
+    emitted = ""
+    for index, piece in enumerate(pieces):
+        scan = matcher.feed(piece)
+        emitted += scan.text
+        if scan.stopped:
+            return emitted, scan.stop, index
+    return emitted, None, None
+
+
+def test_pieces_fed_at_once_stop_where_one_by_one_would():
+    """`feed_pieces` (a decode window's tokens at once, engine/host/window_output.py) against
+    feeding one piece at a time: the same text, stop and piece, and the same state after,
+    on random texts of a small alphabet with stops that overlap, after text held back."""
+    import random
+
+    rng = random.Random(7)
+    compared = stopped_before_the_first_starting = 0
+    for _ in range(6000):
+        stops = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+        earlier = "".join(rng.choice("abc") for _ in range(rng.randint(0, 3)))
+        pieces = ["".join(rng.choice("abc") for _ in range(rng.randint(0, 3))) for _ in range(rng.randint(1, 8))]
+        alone, together = StopStringMatcher(stops), StopStringMatcher(stops)
+        first_alone, first_together = alone.feed(earlier), together.feed(earlier)
+        if first_alone.stopped:
+            continue
+        assert first_together == first_alone
+        scan, index = together.feed_pieces(pieces)
+        emitted, stop, expected_index = one_by_one(alone, pieces)
+        assert (scan.text, scan.stop, index) == (emitted, stop, expected_index), (stops, earlier, pieces)
+        assert (together.flush(), together.feed("ab").text) == (alone.flush(), alone.feed("ab").text)
+        compared += 1
+        text = earlier[len(first_alone.text):] + "".join(pieces)
+        starts = [text.find(s) for s in stops if s in text]
+        stopped_before_the_first_starting += stop is not None and text.find(stop) != min(starts)
+    assert compared > 2000
+    assert stopped_before_the_first_starting >= 5  # a later, shorter stop ended first: the case feed_pieces finds

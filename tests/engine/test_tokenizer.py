@@ -336,6 +336,20 @@ def test_detokenizer_after_a_prompt_in_chunks(detokenizing, chunk):
     assert smollm.decode(prompt) + "".join(deltas) == smollm.decode(prompt + generated)
 
 
+def test_push_each_gives_what_a_push_a_token_gives(detokenizing):
+    """A decode window's tokens pushed at once, each one's text apart (engine/host/
+    window_output.py), after a prompt that ends inside a character."""
+    smollm = detokenizing
+    ids = smollm.encode("Réponds: 日本語 🎉 fin.")
+    cut = next(k for k in range(1, len(ids)) if smollm.decode(ids[:k]).endswith("\ufffd"))
+    prompt, generated = ids[:cut], ids[cut:]  # the prompt ends inside a character
+    one_by_one = IncrementalDetokenizer(smollm, prompt_ids=prompt)
+    expected = [one_by_one.push([token]) for token in generated]
+    at_once = IncrementalDetokenizer(smollm, prompt_ids=prompt)
+    assert at_once.push_each(generated[:5]) + at_once.push_each(generated[5:]) == expected
+    assert at_once.flush() == one_by_one.flush()
+
+
 def test_detokenizer_flush_releases_an_unfinished_character(detokenizing):
     smollm = detokenizing
     ids = smollm.encode("ok 🎉")
