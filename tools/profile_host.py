@@ -12,7 +12,7 @@ wrapping the engine's own methods for the run (nothing in the engine changes):
     collect     ModelRunner.collect: waiting for the results and copying them back
     output      OutputStage.process, or a window's engine/host/window_output.py land_window:
                 the scheduler's update, stop checks, outputs, of which
-      detokenize  IncrementalDetokenizer.push
+      detokenize  IncrementalDetokenizer.push and push_each
       stops       StopStringMatcher.feed and feed_pieces
     masks       GrammarMasks.start (grammar masks for the next step)
     other       the rest of Engine.step
@@ -130,6 +130,7 @@ def clocked(engine: Engine):
         clock.wrap(OutputStage, "process", "output", stack)
         clock.wrap(engine_module, "land_window", "output", stack)  # a window's rows at once
         clock.wrap(IncrementalDetokenizer, "push", "detokenize", stack)
+        clock.wrap(IncrementalDetokenizer, "push_each", "detokenize", stack)
         clock.wrap(StopStringMatcher, "feed", "stops", stack)
         clock.wrap(StopStringMatcher, "feed_pieces", "stops", stack)
         clock.wrap(engine.masks, "start", "masks", stack)

@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+from engine.host import window_output
+
 MODEL = "SmolLM2-135M-Instruct"
 MARK = "FAULT"  # a prompt holding this fails in the output stage, at its third token
 
@@ -20,16 +22,24 @@ class InjectedFault(RuntimeError):
 @pytest.fixture
 def faulty_outputs(client, monkeypatch):
     """The app's output stage raises for every sequence whose prompt holds MARK, once it has
-    streamed its first tokens."""
+    streamed its first tokens: token by token, or where a decode window lands its row at once."""
     engine = client.app.state.server.running_engine.engine
-    original = engine.output._advance
+    original, original_row = engine.output._advance, window_output.land_row
+
+    def failing(seq, num_output_tokens: int) -> None:
+        if num_output_tokens >= 3 and MARK in engine.tokenizer.decode(seq.prompt_token_ids):
+            raise InjectedFault("a tokenizer edge case")
 
     def advance(seq, logprob):
-        if seq.num_output_tokens >= 3 and MARK in engine.tokenizer.decode(seq.prompt_token_ids):
-            raise InjectedFault("a tokenizer edge case")
+        failing(seq, seq.num_output_tokens)  # its newest token appended
         return original(seq, logprob)
 
+    def land_row(stage, seq, tokens, *args):  # a decode window's row, its tokens not yet appended
+        failing(seq, seq.num_output_tokens + len(tokens))
+        return original_row(stage, seq, tokens, *args)
+
     monkeypatch.setattr(engine.output, "_advance", advance)
+    monkeypatch.setattr(window_output, "land_row", land_row)
     return engine
 
 

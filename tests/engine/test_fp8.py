@@ -7,6 +7,7 @@ serializer; the quality gate on SmolLM2 is in test_quantization.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -78,13 +79,15 @@ def test_activations_past_e4m3s_range_saturate_rather_than_become_nan():
     assert np.all(np.isfinite(np.asarray(fp8.saturated(jnp.asarray([1e9, -1e9])).astype(jnp.float32))))
 
 
-@pytest.mark.parametrize("per_token", [False, True])
-def test_fp8_model_is_close_to_the_float_reference(per_token, monkeypatch):
+@pytest.mark.parametrize("per_token, layer_loop", [(False, "scan"), (True, "scan"), (True, "unrolled")])
+def test_fp8_model_is_close_to_the_float_reference(per_token, layer_loop, monkeypatch):
+    """Both forms of the product, and the accelerators' form in the GPU's layer loop (each
+    layer's weights an Fp8Weight of its own)."""
     monkeypatch.setattr(served_form, "default_per_token_activations", lambda: per_token)
     params = random_params(TINY, seed=3)
     prompt = list(np.random.default_rng(1).integers(0, TINY.vocab_size, 23))
-    runner = ModelRunner(TINY, _fp8(ENGINE), params)
-    served = runner.state["layers"]["wqkv"]
+    runner = ModelRunner(TINY, dataclasses.replace(_fp8(ENGINE), layer_loop=layer_loop), params)
+    served = runner.state["layers"]["wqkv" if layer_loop == "scan" else "wqkv_1"]
     assert isinstance(served, fp8.Fp8Weight) and served.per_token_activations == per_token
     logits = runner.hidden_logits([RowPlan(prompt, 0, list(range(1, 7)))])
     expected = forward(TINY, params, prompt)
@@ -95,8 +98,6 @@ def test_fp8_model_is_close_to_the_float_reference(per_token, monkeypatch):
 
 
 def _fp8(config: EngineConfig) -> EngineConfig:
-    import dataclasses
-
     return dataclasses.replace(config, quantization="fp8")
 
 
