@@ -22,6 +22,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.device import fp8
 from engine.device import weights as served_form
 from engine.device.runner import ModelRunner, RowPlan
+from engine.device.sharding import make_mesh, param_shardings
 from engine.device.weights import serving_weights
 from engine.loader import served_cache
 from engine.loader.checkpoint import load_checkpoint
@@ -181,3 +182,15 @@ def test_a_quantization_flint_cannot_read_is_refused_by_name(tmp_path, quantizat
     with pytest.raises(ValueError, match="quantization_config") as refused:
         load_hf_config(tmp_path / "model")
     assert named in str(refused.value)
+
+
+def test_a_published_fp8_checkpoint_is_placed_by_the_served_shardings(tmp_path):
+    """Loaded onto the devices as `flint serve` loads it (engine/loader/serving.py): each
+    weight's scales laid out with its values."""
+    write_hf_fp8(tmp_path / "model", TINY, random_params(TINY, seed=9), "llama", "fine-grained", (16, 16))
+    mesh = make_mesh(ENGINE)
+    checkpoint = load_checkpoint(tmp_path / "model", shardings=lambda c, p: param_shardings(c, mesh, p))
+    w_down = checkpoint.params["layers"]["w_down"]
+    assert isinstance(w_down, fp8.Fp8Weight) and isinstance(w_down.scales, jax.Array)
+    assert w_down.values.dtype == jnp.float8_e4m3fn and w_down.scales.shape == (TINY.num_layers, 32, 4)
+    assert all(isinstance(leaf.sharding, jax.sharding.NamedSharding) for leaf in jax.tree.leaves(w_down))
