@@ -60,13 +60,19 @@ def saturated(x):
     return jnp.clip(x, -FP8_MAX, FP8_MAX).astype(FP8)
 
 
+def e4m3_rows(x):
+    """x [..., rows, width] as e4m3 with a float32 scale per row [..., rows, 1]: symmetric,
+    each row's largest magnitude mapped to 448 (a weight's output rows, or a step's tokens)."""
+    x32 = jnp.asarray(x).astype(jnp.float32)
+    scales = jnp.max(jnp.abs(x32), axis=-1, keepdims=True) / FP8_MAX
+    safe = jnp.where(scales > 0, scales, 1.0)
+    return saturated(x32 / safe), scales
+
+
 @partial(jax.jit, static_argnames="per_token_activations")
 def quantize_fp8(matrix, per_token_activations: bool = False) -> Fp8Weight:
     """Symmetric e4m3 per output row: each row's largest magnitude maps to 448."""
-    matrix = jnp.asarray(matrix).astype(jnp.float32)
-    scales = jnp.max(jnp.abs(matrix), axis=-1, keepdims=True) / FP8_MAX
-    safe = jnp.where(scales > 0, scales, 1.0)
-    return Fp8Weight(saturated(matrix / safe), scales, per_token_activations)
+    return Fp8Weight(*e4m3_rows(matrix), per_token_activations)
 
 
 def widened_groups(values, scales, dtype=jnp.float32) -> jax.Array:
@@ -76,14 +82,6 @@ def widened_groups(values, scales, dtype=jnp.float32) -> jax.Array:
     return groups.reshape(values.shape)
 
 
-def quantize_tokens(x):
-    """x [t, in] as e4m3 with a float32 scale per token [t, 1] (its largest magnitude to 448)."""
-    x32 = x.astype(jnp.float32)
-    scales = jnp.max(jnp.abs(x32), axis=-1, keepdims=True) / FP8_MAX
-    safe = jnp.where(scales > 0, scales, 1.0)
-    return saturated(x32 / safe), scales
-
-
 def linear(x, weight: Fp8Weight):
     """x [t, in] times `weight` [out, in]: [t, out] in x's dtype."""
     if weight.scales.shape[-1] != 1:  # a checkpoint's blocks: scaled inside the product
@@ -91,7 +89,7 @@ def linear(x, weight: Fp8Weight):
     row_scales = weight.scales[..., 0]
     dims = (((1,), (1,)), ((), ()))
     if weight.per_token_activations:
-        tokens, token_scales = quantize_tokens(x)
+        tokens, token_scales = e4m3_rows(x)  # a scale per token
         out = jax.lax.dot_general(tokens, weight.values, dims, preferred_element_type=jnp.float32)
         return (out * token_scales * row_scales).astype(x.dtype)
     out = jax.lax.dot_general(x, weight.values.astype(x.dtype), dims, preferred_element_type=jnp.float32)

@@ -138,8 +138,8 @@ class OutputStage:
         return self.emit(seq, [token], "", logprobs, reasoning=thoughts)
 
     def finish(self, seq: Sequence, tokens: list[int], reason: str, text: str = "",
-             stop_reason: str | int | None = None, logprobs: list[TokenLogprob] | None = None,
-             reasoning: str = "") -> RequestOutput:
+               stop_reason: str | int | None = None, logprobs: list[TokenLogprob] | None = None,
+               reasoning: str = "") -> RequestOutput:
         """Finish `seq` now (its pages are free when this returns) and emit the text held back.
 
         That text may itself complete a stop string (the detokenizer's last characters), and
@@ -159,7 +159,7 @@ class OutputStage:
 
     @staticmethod
     def emit(seq: Sequence, tokens: list[int], text: str, logprobs: list[TokenLogprob] | None = None,
-                stop_reason: str | int | None = None, reasoning: str = "") -> RequestOutput:
+             stop_reason: str | int | None = None, reasoning: str = "") -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=tokens, text=text, finish_reason=seq.finish_reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_cached_tokens=seq.num_cached_tokens,

@@ -137,20 +137,50 @@ def test_plain_rows_landed_a_row_at_a_time_give_what_single_steps_give(engines, 
     starting later, ends first), a stop token and the length limits met inside windows."""
     one_step, window = engines
     vocab = window.model_config.vocab_size
-    landed = []
-    land_window = engine_module.land_window
-    monkeypatch.setattr(engine_module, "land_window", lambda *args: landed.append(1) or land_window(*args))
+    landed = counting_landings(monkeypatch)
     free_run = run(one_step, requests(vocab, kinds=PLAIN_KINDS))
-    text, middle = free_run["greedy"]["text"], len(free_run["greedy"]["text"]) // 2
-    stop = StopCriteria(max_tokens=40, ignore_eos=True, token_ids=(free_run["seeded"]["tokens"][9],),
-                        strings=(text[middle:middle + 8], text[middle + 2:middle + 4]))
-    for criteria in (None, stop):
+    for criteria in (None, overlapping_stops(free_run)):
         expected = run(one_step, requests(vocab, criteria, PLAIN_KINDS))
         produced = run(window, requests(vocab, criteria, PLAIN_KINDS))
         assert_same(produced, expected)
     assert produced["greedy"]["finish"][0] == "stop" and produced["seeded"]["finish"][0] == "stop"
     assert len(landed) > 5, "no window landed a row at a time"
     assert window.block_manager.num_free_pages == WINDOW.num_pages - 1
+
+
+def test_rows_landed_at_once_on_the_served_defaults_are_the_rounds_replayed(tiny_engine_factory, monkeypatch):
+    """On `flint serve`'s CPU defaults (int8 weights through the native kernels, the
+    float8_values cache), one engine's windows landed a row at a time give exactly what the
+    same windows replayed round by round give."""
+    window = tiny_engine_factory(dataclasses.replace(WINDOW, quantization="int8"))
+    assert window.runner.kv_cache_dtype == "float8_values"
+    vocab = window.model_config.vocab_size
+    landed = counting_landings(monkeypatch)
+    free_run = run(window, requests(vocab, kinds=PLAIN_KINDS))
+    for criteria in (None, overlapping_stops(free_run)):
+        with monkeypatch.context() as by_rounds:
+            by_rounds.setattr(engine_module, "lands_by_row", lambda scheduled: False)
+            expected = run(window, requests(vocab, criteria, PLAIN_KINDS))
+        assert run(window, requests(vocab, criteria, PLAIN_KINDS)) == expected
+    assert expected["greedy"]["finish"][0] == "stop"
+    assert len(landed) > 5, "no window landed a row at a time"
+    assert window.block_manager.num_free_pages == WINDOW.num_pages - 1
+
+
+def counting_landings(monkeypatch) -> list:
+    """A list that grows by one with every window landed a row at a time."""
+    landed = []
+    land_window = engine_module.land_window
+    monkeypatch.setattr(engine_module, "land_window", lambda *args: landed.append(1) or land_window(*args))
+    return landed
+
+
+def overlapping_stops(free_run: dict) -> StopCriteria:
+    """Two stop strings from the greedy row's free text, the shorter starting later and ending
+    first, and the seeded row's tenth token as a stop token."""
+    text, middle = free_run["greedy"]["text"], len(free_run["greedy"]["text"]) // 2
+    return StopCriteria(max_tokens=40, ignore_eos=True, token_ids=(free_run["seeded"]["tokens"][9],),
+                        strings=(text[middle:middle + 8], text[middle + 2:middle + 4]))
 
 
 @pytest.mark.parametrize("config", [WINDOW, OVERLAPPED_STEPS], ids=["windows", "single-steps"])

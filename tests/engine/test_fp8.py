@@ -1,7 +1,7 @@
 """FP8 weights (engine/device/fp8.py) and FP8 checkpoints as published (engine/loader/fp8_checkpoint.py).
 
 The expected values are computed here in NumPy with ml_dtypes' e4m3 casts, and the tiny
-checkpoints are written by tests/loader_files.py's own quantizers through safetensors'
+checkpoints are written by tests/fp8_files.py's own quantizers through safetensors'
 serializer; the quality gate on SmolLM2 is in test_quantization.py.
 """
 
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from loader_files import E4M3_MAX, PROJECTIONS, write_hf_fp8
+from fp8_files import E4M3_MAX, PROJECTIONS, write_hf_fp8
 from numpy_reference import forward
 
 from engine.config import EngineConfig, ModelConfig
@@ -74,7 +74,7 @@ def test_fp8_product_matches_numpy(per_token):
 
 def test_activations_past_e4m3s_range_saturate_rather_than_become_nan():
     x = jnp.asarray([[1e30, -3.0, 0.0, 1e-30]], jnp.float32)
-    tokens, scales = fp8.quantize_tokens(x)
+    tokens, scales = fp8.e4m3_rows(x)
     assert np.all(np.isfinite(np.asarray(tokens, np.float32)))
     assert float(tokens[0, 0].astype(jnp.float32)) == E4M3_MAX
     assert np.all(np.isfinite(np.asarray(fp8.saturated(jnp.asarray([1e9, -1e9])).astype(jnp.float32))))
