@@ -22,7 +22,7 @@ from engine.host import beam_step
 from engine.host.adapters import AdapterSlots
 from engine.host.beam_search import BeamSearch
 from engine.host.block_manager import BlockManager
-from engine.host.decode_window import merge_outputs, reserve_window, window_limit, window_round, window_steps
+from engine.host.decode_window import all_running, merge_outputs, reserve_window, window_headroom, window_round
 from engine.host.faults import ERROR, failed_output
 from engine.host.grammar_masks import GrammarMasks
 from engine.host.output import OutputStage, speculation_counts
@@ -51,6 +51,11 @@ class Flight:
     num_steps: int
     device: InFlight  # the runner's handle
     verifications: tuple[Verification, ...] = ()  # drafts checked by extra rows (engine/verification.py)
+    # A decode window's place in its chain: the rounds run before it since `scheduled` was
+    # made, and the most its rows may run in all (decode_window.window_headroom).
+    offset: int = 0
+    headroom: int = 0
+    by_row: bool = False  # its rows' results land a row at a time (window_output.lands_by_row)
 
 
 @dataclass(frozen=True)
@@ -259,10 +264,12 @@ class Engine:
             plans = self.plan(scheduled)
             rows = plans + draft_rows(verifications, plans)
             return Flight(scheduled, 1, self.runner.dispatch(rows), tuple(verifications))
-        num_steps = window_steps(scheduled, self.config.max_decode_steps, self.config.max_model_len)
+        headroom = window_headroom(scheduled, self.config.max_model_len)
+        num_steps = max(min(headroom, self.config.max_decode_steps), 1)
         if num_steps > 1 and not reserve_window(self.block_manager, scheduled, num_steps):
             num_steps = 1
-        return Flight(scheduled, num_steps, self.runner.dispatch(self.plan(scheduled), num_steps))
+        return Flight(scheduled, num_steps, self.runner.dispatch(self.plan(scheduled), num_steps), headroom=headroom,
+                      by_row=headroom > 1 and lands_by_row(scheduled))
 
     def _chain(self, flight: Flight) -> Flight | None:
         """The window after `flight`, dispatched now; None when its rows cannot go on alone:
@@ -270,13 +277,15 @@ class Engine:
         pages for it are not free (only the scheduler preempts)."""
         if self.scheduler.num_waiting or flight.verifications or self._drafts_possible(flight.scheduled):
             return None
-        ahead = flight.num_steps
-        scheduled = window_round(flight.scheduled, ahead)
-        num_steps = window_limit(flight.scheduled, self.config.max_decode_steps, self.config.max_model_len, ahead)
-        if num_steps < 1 or not reserve_window(self.block_manager, scheduled, ahead + num_steps):
+        scheduled, offset = flight.scheduled, flight.offset + flight.num_steps
+        num_steps = min(self.config.max_decode_steps, flight.headroom - offset)
+        # Pages from where the host stands: `flight`'s rounds are not landed yet.
+        if num_steps < 1 or not all_running(scheduled) or not reserve_window(
+                self.block_manager, scheduled, flight.num_steps + num_steps):
             return None
-        rows = [dataclasses.replace(row, start=item.start) for row, item in zip(flight.device.rows, scheduled.scheduled)]
-        return Flight(scheduled, num_steps, self.runner.dispatch_next(flight.device, rows, num_steps))
+        tables = [item.seq.block_table for item in scheduled.scheduled]
+        return Flight(scheduled, num_steps, self.runner.dispatch_next(flight.device, tables, num_steps),
+                      offset=offset, headroom=flight.headroom, by_row=flight.by_row)
 
     def _drafts_possible(self, scheduled: SchedulerOutput) -> bool:
         """Whether a row might have a draft after this window: then the host must see its
@@ -292,11 +301,11 @@ class Engine:
             outputs = self._land_verified(flight, steps[0])
         elif flight.num_steps == 1:
             outputs = self.output.process(flight.scheduled, steps[0])
-        elif lands_by_row(flight.scheduled):  # a row's tokens at once (engine/host/window_output.py)
+        elif flight.by_row:  # a row's tokens at once (engine/host/window_output.py)
             outputs = land_window(self.output, flight.scheduled, steps)
         else:
             outputs = merge_outputs([output for index, step in enumerate(steps)
-                                     for output in self.output.process(window_round(flight.scheduled, index), step)])
+                                     for output in self.output.process(window_round(flight.scheduled, flight.offset + index), step)])
         if flight.num_steps == 1 and steps[0].beams is not None:
             outputs += self._advance_beams(flight.scheduled, steps[0])
         for output in outputs:

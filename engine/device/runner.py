@@ -15,6 +15,7 @@ HTTP stream's wake-up) once per window instead of once per token.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 
 import jax
@@ -32,7 +33,8 @@ from engine.device.native import NATIVE
 from engine.device.native import target_names as native_target_names
 from engine.device.native import resolve as resolve_cpu_kernels
 from engine.device.sharding import make_mesh, replicated, served_shardings
-from engine.device.step_io import InFlight, RowPlan, StepOutput, host_copy, token_spans  # noqa: F401 (RowPlan: the runner's API)
+from engine.device.step_io import (  # noqa: F401 (RowPlan: the runner's API)
+    InFlight, RowNeeds, RowPlan, StepOutput, host_copy, row_needs, token_spans)
 from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
@@ -208,22 +210,20 @@ class ModelRunner:
         device_batch = jax.device_put(batch, replicated(self.mesh))
         return self._launch(compiled, rows or [], batch, device_batch, num_steps)
 
-    def dispatch_next(self, flight: InFlight, rows: list[RowPlan], num_steps: int) -> InFlight:
+    def dispatch_next(self, flight: InFlight, block_tables: list[list[int]], num_steps: int) -> InFlight:
         """Start the decode window that follows `flight`, before its results are back: the
-        same rows, fed on the device by the tokens `flight` samples. `rows` gives only the
-        block tables, which may have grown pages for the new window."""
+        same rows, fed on the device by the tokens `flight` samples, with their block tables
+        now (which may have grown pages for the new window)."""
         self._check_steps(num_steps)
-        tables = np.zeros(flight.batch.block_tables.shape, np.int32)
-        for index, row in enumerate(rows):
-            tables[index, : len(row.block_table)] = row.block_table
+        tables = padded_tables(block_tables, flight.batch.block_tables.shape)
         self._publish(("dispatch_next", tables, num_steps))
-        return self.launch_next(flight, tables, num_steps, rows)
+        return self.launch_next(flight, tables, num_steps, flight.rows)
 
     def launch_next(self, flight: InFlight, tables: np.ndarray, num_steps: int,
                     rows: list[RowPlan] | None = None) -> InFlight:
         device_batch = dataclasses.replace(flight.next_batch, block_tables=jax.device_put(tables, replicated(self.mesh)))
         return self._launch(self.programs.compiled[flight.batch.num_tokens], rows or [], flight.batch, device_batch,
-                            num_steps)
+                            num_steps, flight.needs if rows is flight.rows else None)
 
     def _publish(self, operation: tuple) -> None:
         if self.publish is not None:
@@ -233,24 +233,22 @@ class ModelRunner:
         if not 1 <= num_steps <= self.config.max_decode_steps:
             raise ValueError(f"num_steps must lie in [1, {self.config.max_decode_steps}]")
 
-    def _launch(self, compiled, rows, batch, device_batch, num_steps) -> InFlight:
+    def _launch(self, compiled, rows, batch, device_batch, num_steps, needs: RowNeeds | None = None) -> InFlight:
         (results, prompt, next_batch), self.kv_cache = compiled(self.state, self.kv_cache, device_batch,
                                                                 np.int32(num_steps))
-        return InFlight(rows, batch, num_steps, results, prompt, next_batch)
+        return InFlight(rows, batch, num_steps, results, prompt, next_batch, needs or row_needs(rows))
 
     def collect(self, flight: InFlight) -> list[StepOutput]:
         """Wait for `flight` and copy its results back. Logprobs (with the sampled tokens' raw
         logits) come back only when a row asked for either."""
         rows, num_steps, results = flight.rows, flight.num_steps, flight.results
-        wants_logprobs = any(row.sampling is not None and (row.sampling.params.logprobs is not None
-                                                           or row.sampling.params.output_logits) for row in rows)
-        wants_beams = any(row.sampling is not None and row.sampling.beam_mode for row in rows)
-        wanted = (results.tokens, results.mirostat_mu, results.logprobs if wants_logprobs else None,
-                  results.beams if wants_beams else None)
+        needs = flight.needs or row_needs(rows)
+        wanted = (results.tokens, results.mirostat_mu, results.logprobs if needs.logprobs else None,
+                  results.beams if needs.beams else None)
         # Sliced on the host: slicing device arrays would compile a program per shape.
         tokens, mirostat_mu, logprobs, beams = jax.tree_util.tree_map(
             lambda a: np.asarray(a)[:num_steps, : len(rows)], host_copy(wanted))
-        sampled = np.asarray([row.sample for row in rows])
+        sampled = needs.sampled
         prompt_rows = self._prompt_rows(rows, flight.batch, flight.prompt)
         return [StepOutput(tokens=np.where(sampled, tokens[step], -1),
                            logprobs=None if logprobs is None else jax.tree_util.tree_map(lambda a: a[step], logprobs),
@@ -352,6 +350,16 @@ class ModelRunner:
         model = self.decoder.bound(state)
         hidden, kv_cache, _ = model.hidden_states(kv_cache, batch)
         return model.logits(hidden), kv_cache
+
+
+def padded_tables(block_tables: list[list[int]], shape: tuple[int, int]) -> np.ndarray:
+    """The rows' block tables in one array of `shape`, 0 (the null page) past each one's end:
+    filled in one masked assignment, not a row at a time (the host's cost a window)."""
+    lengths = np.fromiter(map(len, block_tables), np.int64, len(block_tables))
+    tables = np.zeros(shape, np.int32)
+    tables[: len(block_tables)][np.arange(shape[1]) < lengths[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(block_tables), np.int32, int(lengths.sum()))
+    return tables
 
 
 def abstract(tree):

@@ -37,6 +37,24 @@ class RowPlan:
         return self.sampling is not None
 
 
+@dataclass(frozen=True)
+class RowNeeds:
+    """What collecting the rows' steps copies back: the same for every window of a chain,
+    so found once (a pass over the rows costs the host at every window)."""
+
+    sampled: np.ndarray  # [rows] bool: the rows that sample
+    logprobs: bool  # some row asked for logprobs or the sampled tokens' logits
+    beams: bool  # some row is a beam
+
+
+def row_needs(rows: list[RowPlan]) -> RowNeeds:
+    samplings = [row.sampling for row in rows]
+    present = [sampling for sampling in samplings if sampling is not None]
+    return RowNeeds(sampled=np.asarray([sampling is not None for sampling in samplings], bool),
+                    logprobs=any(s.params.logprobs is not None or s.params.output_logits for s in present),
+                    beams=any(s.beam_mode for s in present))
+
+
 @dataclass
 class InFlight:
     """Steps dispatched to the device and not yet collected (ModelRunner.dispatch)."""
@@ -47,6 +65,7 @@ class InFlight:
     results: object  # device arrays: each step's SampleResult, stacked
     prompt: object  # device arrays: the first step's prompt logprobs
     next_batch: BatchInputs  # on the device: the inputs of the step after the last
+    needs: RowNeeds | None = None  # row_needs(rows), when known
 
 
 @dataclass

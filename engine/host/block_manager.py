@@ -148,21 +148,24 @@ class BlockManager:
 
     def num_missing_pages(self, seqs: list[Sequence], num_new_tokens: int) -> int:
         """Free pages that `num_new_tokens` more tokens of each of `seqs` would take."""
-        return sum(self._num_missing_pages(seq, num_new_tokens) for seq in seqs)
+        return sum(self.num_missing_pages_of(seq, num_new_tokens) for seq in seqs)
 
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Whether the free pool can cover `num_new_tokens` more tokens of `seq`."""
-        return self._num_missing_pages(seq, num_new_tokens) <= self.num_free_pages
+        return self.num_missing_pages_of(seq, num_new_tokens) <= self.num_free_pages
 
     def append(self, seq: Sequence, num_new_tokens: int) -> None:
         """Give `seq` pages for tokens up to num_computed_tokens + num_new_tokens.
 
         Check `can_append` first; raises RuntimeError if the pool runs dry.
         """
-        num_missing = self._num_missing_pages(seq, num_new_tokens)
-        if num_missing > self.num_free_pages:
+        self.take_pages(seq, self.num_missing_pages_of(seq, num_new_tokens))
+
+    def take_pages(self, seq: Sequence, count: int) -> None:
+        """Append `count` free pages to `seq`'s table; RuntimeError if the pool runs dry."""
+        if count > self.num_free_pages:
             raise RuntimeError(f"out of KV-cache pages for {seq.request_id}")
-        for _ in range(num_missing):
+        for _ in range(count):
             seq.block_table.append(self._take_free_page())
             self._mark_session(seq.block_table[-1], seq)
 
@@ -238,7 +241,8 @@ class BlockManager:
     def _page_token_ids(self, seq: Sequence, index: int) -> list[int]:
         return seq.token_ids[index * self.page_size : (index + 1) * self.page_size]
 
-    def _num_missing_pages(self, seq: Sequence, num_new_tokens: int) -> int:
+    def num_missing_pages_of(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Free pages that `num_new_tokens` more tokens of `seq` would take."""
         num_tokens = seq.num_computed_tokens + num_new_tokens
         num_pages = -(-num_tokens // self.page_size)
         return max(0, num_pages - len(seq.block_table))

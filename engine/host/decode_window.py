@@ -25,28 +25,35 @@ from engine.sampling.masks import stop_bans
 from engine.text.reasoning import steps_with_fixed_mask
 
 
-def window_steps(scheduled: SchedulerOutput, max_steps: int, max_model_len: int) -> int:
-    """How many decode steps this step may run at once (1: an ordinary step)."""
-    return max(window_limit(scheduled, max_steps, max_model_len), 1)
+def window_headroom(scheduled: SchedulerOutput, max_model_len: int) -> int:
+    """The most decode rounds every row of `scheduled` may run from where the host stands,
+    each under the mask it has now; 0: no window (a row not decoding one sampled token, or
+    one whose mask needs the host at each token).
 
-
-def window_limit(scheduled: SchedulerOutput, max_steps: int, max_model_len: int, ahead: int = 0) -> int:
-    """The most decode steps a window of `scheduled` may run, `ahead` steps after the ones
-    the host has seen (a window dispatched behind one still in flight); 0: no window."""
+    Taken once, when the first window of a chain is scheduled, it bounds the windows chained
+    behind it (Engine._chain) without another pass over the rows: each bound only shrinks by
+    one a round (max_tokens, max_model_len, a thinking budget) or lifts for good (min_tokens
+    passed, forced tokens spent, a thinking section ended), so it is never too large, and at
+    worst a chain ends early and the next window is scheduled afresh."""
     if not all(item.num_new_tokens == 1 and item.needs_sample for item in scheduled.scheduled):
         return 0
-    steps = max_steps
+    headroom = max_model_len
     for item in scheduled.scheduled:
         seq = item.seq
         if seq.status is not SequenceStatus.RUNNING or not mask_is_fixed(seq):
             return 0
         # No window runs past a row's max_tokens or max_model_len: those tokens would be waste.
-        steps = min(steps, seq.stop.max_tokens - seq.num_output_tokens - ahead,
-                    max_model_len - seq.num_tokens - ahead)
+        headroom = min(headroom, seq.stop.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens)
         room = steps_with_fixed_mask(seq)  # nor past a thinking budget: its forced tokens need the host
         if room is not None:
-            steps = min(steps, room - ahead)
-    return max(steps, 0)
+            headroom = min(headroom, room)
+    return max(headroom, 0)
+
+
+def all_running(scheduled: SchedulerOutput) -> bool:
+    """Whether no row finished (a stop, an abort) since `scheduled` was made."""
+    running = SequenceStatus.RUNNING
+    return all(item.seq.status is running for item in scheduled.scheduled)
 
 
 def mask_is_fixed(seq: Sequence) -> bool:
@@ -64,11 +71,12 @@ def mask_is_fixed(seq: Sequence) -> bool:
 def reserve_window(block_manager: BlockManager, scheduled: SchedulerOutput, num_steps: int) -> bool:
     """Pages for `num_steps` tokens of every row (the scheduler reserved one); False, and
     nothing taken, when the free pool cannot cover them all."""
-    seqs = [item.seq for item in scheduled.scheduled]
-    if block_manager.num_missing_pages(seqs, num_steps) > block_manager.num_free_pages:
+    short = [(item.seq, missing) for item in scheduled.scheduled
+             if (missing := block_manager.num_missing_pages_of(item.seq, num_steps))]
+    if sum(missing for _, missing in short) > block_manager.num_free_pages:
         return False
-    for seq in seqs:
-        block_manager.append(seq, num_steps)
+    for seq, missing in short:
+        block_manager.take_pages(seq, missing)
     return True
 
 

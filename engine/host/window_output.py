@@ -66,7 +66,8 @@ def land_window(stage: OutputStage, scheduled: SchedulerOutput, steps: list[Step
 
 def land_row(stage: OutputStage, seq: Sequence, tokens: list[int], mirostat) -> RequestOutput:
     """`seq`'s tokens of the window: kept up to the first that ends it, then its output."""
-    ended = next((index for index, token in enumerate(tokens) if token in seq.end_token_ids), None)
+    ends = seq.end_token_ids
+    ended = None if ends.isdisjoint(tokens) else next(index for index, token in enumerate(tokens) if token in ends)
     limit = min(seq.stop.max_tokens - seq.num_output_tokens, stage.max_model_len - seq.num_tokens) - 1
     shown = tokens[:min(ended if ended is not None else len(tokens), max(limit + 1, 0))]
     # Each token's text where a stop string needs to know which token completed it.

@@ -27,6 +27,10 @@ class TokenPieces:
         self._skipped = tokenizer.added_token_ids(special=True) if skip_special_tokens else frozenset()
         self._added = tokenizer.added_token_ids(special=False)
         self._known: list[bytes | None] = [None] * tokenizer.vocab_size
+        # Each token's text where its bytes are whole UTF-8 characters (most tokens), else
+        # False: such a token met with no character pending adds its text as it is, without a
+        # decoder call (IncrementalDetokenizer._texts).
+        self._whole: list[str | bool | None] = [None] * tokenizer.vocab_size
 
     def __call__(self, token_id: int) -> bytes:
         known = self._known[token_id] if 0 <= token_id < len(self._known) else None
@@ -38,6 +42,24 @@ class TokenPieces:
 
     def joined(self, token_ids: Sequence[int]) -> bytes:
         return b"".join([self(int(token)) for token in token_ids])
+
+    def whole_text(self, token_id: int) -> str | None:
+        """The token's text if its bytes are whole UTF-8 characters ("" for no bytes), else None."""
+        whole = self._whole
+        text = whole[token_id] if 0 <= token_id < len(whole) else None
+        if text is None:
+            text = self._whole_text(token_id)
+        return None if text is False else text
+
+    def _whole_text(self, token_id: int) -> str | bool:
+        """The token's text if its bytes are whole UTF-8 characters, else False (kept)."""
+        try:
+            text = self(token_id).decode("utf-8")
+        except UnicodeDecodeError:
+            text = False
+        if 0 <= token_id < len(self._whole):
+            self._whole[token_id] = text
+        return text
 
     def _bytes(self, token_id: int) -> bytes:
         if token_id in self._skipped:
@@ -78,6 +100,7 @@ class IncrementalDetokenizer:
             # A character the prompt began is the prompt's, not shown (its first character
             # out, whether completed or U+FFFD): text is the whole's past the prompt's text.
             self._prompt_character = bool(self._utf8.getstate()[0])
+            self._pending = self._prompt_character  # bytes of a character held in the decoder
             return
         self._window = [int(i) for i in context]
         self._read = len(self._window)  # window[:read] is context already emitted
@@ -86,7 +109,7 @@ class IncrementalDetokenizer:
     def push(self, token_ids: Sequence[int]) -> str:
         """The new text `token_ids` complete; "" while a character is still incomplete."""
         if self._pieces is not None:
-            return self._past_prompt(self._utf8.decode(self._pieces.joined(token_ids)))
+            return self._past_prompt("".join(self._texts(token_ids)))
         pending_before = len(self._window) - self._read
         self._window.extend(int(i) for i in token_ids)
         text = self._decode(self._window)
@@ -100,8 +123,7 @@ class IncrementalDetokenizer:
         whose stop strings need to know which token completed one, engine/host/window_output.py)."""
         if self._pieces is None:
             return [self.push([token]) for token in token_ids]
-        decode, piece = self._utf8.decode, self._pieces
-        texts = [decode(piece(token)) for token in token_ids]
+        texts = self._texts(token_ids)
         if self._prompt_character:
             first = next((index for index, text in enumerate(texts) if text), None)
             if first is not None:
@@ -111,9 +133,24 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         """Whatever is still held back, broken characters shown as U+FFFD."""
         if self._pieces is not None:
+            self._pending = False
             return self._past_prompt(self._utf8.decode(b"", final=True))
         text = self._decode(self._window)
         return self._advance(text) if len(text) > len(self._read_text) else ""
+
+    def _texts(self, token_ids: Sequence[int]) -> list[str]:
+        """What each token adds. A token of whole characters met with none pending is its
+        text as it is (cached), without a decoder call; the rest go through the decoder."""
+        whole, piece, texts = self._pieces.whole_text, self._pieces, []
+        for token in token_ids:
+            text = None if self._pending else whole(token)
+            texts.append(self._decode_bytes(piece(token)) if text is None else text)
+        return texts
+
+    def _decode_bytes(self, data: bytes) -> str:
+        text = self._utf8.decode(data)
+        self._pending = bool(self._utf8.getstate()[0])
+        return text
 
     def _past_prompt(self, text: str) -> str:
         if self._prompt_character and text:

@@ -44,9 +44,7 @@ class StopStringMatcher:
             position, stop = match
             self._held, self._done = "", True
             return StopScan(text[:position], stop)
-        keep = self._partial_suffix_length(text)
-        self._held = text[len(text) - keep:] if keep else ""
-        return StopScan(text[: len(text) - keep])
+        return self._hold_back(text)
 
     def feed_pieces(self, pieces: list[str]) -> tuple[StopScan, int | None]:
         """`feed` of the pieces at once, as fed one by one: the scan, and the index of the
@@ -59,7 +57,7 @@ class StopStringMatcher:
         text = self._held + "".join(pieces)
         ends = [first + len(stop) for stop in self.stops if (first := text.find(stop)) >= 0]
         if not ends:
-            return self.feed("".join(pieces)), None
+            return self._hold_back(text), None
         end, index = len(self._held), -1
         for index, piece in enumerate(pieces):
             end += len(piece)
@@ -73,6 +71,12 @@ class StopStringMatcher:
         """Held-back text, emitted because the generation ended before it could match."""
         held, self._held = self._held, ""
         return "" if self._done else held
+
+    def _hold_back(self, text: str) -> StopScan:
+        """`text` (holding no stop string) less the suffix that may begin one, kept for later."""
+        keep = self._partial_suffix_length(text)
+        self._held = text[len(text) - keep:] if keep else ""
+        return StopScan(text[: len(text) - keep])
 
     def _earliest_match(self, text: str) -> tuple[int, str] | None:
         found = [(text.find(stop), stop) for stop in self.stops]

@@ -86,11 +86,11 @@ def counting_windows(engine, monkeypatch, chained: list | None = None) -> list[i
         calls.append(num_steps)
         return dispatch(rows, num_steps)
 
-    def counting_next(flight, rows, num_steps):
+    def counting_next(flight, tables, num_steps):
         calls.append(num_steps)
         if chained is not None:
             chained.append(num_steps)
-        return dispatch_next(flight, rows, num_steps)
+        return dispatch_next(flight, tables, num_steps)
 
     monkeypatch.setattr(engine.runner, "dispatch", counting)
     monkeypatch.setattr(engine.runner, "dispatch_next", counting_next)
@@ -205,6 +205,28 @@ def test_steps_dispatched_behind_one_in_flight_give_what_single_steps_give(tiny_
     assert produced["greedy"]["finish"] == ("stop", stop.strings[0])
     assert len(chained) > 3, "no step was dispatched behind another"
     assert overlapped.block_manager.num_free_pages == config.num_pages - 1
+
+
+def test_windows_chained_behind_one_never_run_past_a_row_s_max_tokens(tiny_engine_factory, monkeypatch):
+    """The chain's bound, taken once as its first window is scheduled (decode_window.window_
+    headroom), counts down by the windows dispatched since: the shortest row's last token
+    is its last step, and no device step is spent past it."""
+    engine = tiny_engine_factory(WINDOW)
+    chained = []
+    calls = counting_windows(engine, monkeypatch, chained)
+    rng = np.random.default_rng(3)
+    for name, max_tokens in (("short", 21), ("long", 60)):
+        prompt = [int(t) for t in rng.integers(0, engine.model_config.vocab_size, 7)]
+        engine.add_request(Request(name, prompt, SamplingParams(temperature=0.0),
+                                   StopCriteria(max_tokens=max_tokens, ignore_eos=True)))
+    counts = {}
+    while engine.has_unfinished():
+        for output in engine.step():
+            counts[output.request_id] = output.num_output_tokens
+    assert counts == {"short": 21, "long": 60}
+    # The prompts' step gives each row its first token; 20 more for "short": 8, then 8 and 4 chained.
+    assert calls[:4] == [1, 8, 8, 4] and chained[:2] == [8, 4]
+    assert engine.block_manager.num_free_pages == WINDOW.num_pages - 1
 
 
 def test_an_abort_while_the_next_window_is_in_flight(tiny_engine_factory):

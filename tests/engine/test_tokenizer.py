@@ -350,6 +350,19 @@ def test_push_each_gives_what_a_push_a_token_gives(detokenizing):
     assert at_once.flush() == one_by_one.flush()
 
 
+def test_a_character_cut_short_by_a_whole_token_is_replaced_where_it_stood(smollm):
+    """A token of whole characters is added as its text without the decoder only when no
+    character is pending: after a character's first byte, the next whole token's text comes
+    after that byte's U+FFFD, as the decoder gives it (a random model emits such runs)."""
+    first_byte = next(token for token in range(smollm.vocab_size) if smollm.token_bytes(token) == b"\xe6")
+    ids = [*smollm.encode("ok"), first_byte, *smollm.encode(" ab cd"), first_byte]
+    expected = b"".join(smollm.token_bytes(token) for token in ids).decode("utf-8", errors="replace")
+    for pushed in ("each", "runs"):
+        detokenizer = IncrementalDetokenizer(smollm)
+        texts = detokenizer.push_each(ids) if pushed == "each" else [detokenizer.push(ids[:3]), detokenizer.push(ids[3:])]
+        assert "".join(texts) + detokenizer.flush() == expected == "ok\ufffd ab cd\ufffd"
+
+
 def test_detokenizer_flush_releases_an_unfinished_character(detokenizing):
     smollm = detokenizing
     ids = smollm.encode("ok 🎉")

@@ -23,3 +23,28 @@ def test_every_stage_is_timed_and_the_stages_add_up_to_the_step(tmp_path, capsys
     assert stages["detokenize"] + stages["stops"] <= stages["output"]
     printed = capsys.readouterr().out
     assert "| 3 |" in printed and "detokenize" in printed
+
+
+def test_a_replayed_device_runs_the_program_once_and_the_engine_as_ever(monkeypatch):
+    """--replay-device: the host's stages alone. Inside, the step program runs once (the first
+    decode window, kept); every later window lands those results at once, through the whole engine."""
+    engine = profile_host.tiny_engine(2, 8)
+    for request in profile_host.requests(2, max_tokens=400):
+        engine.add_request(request)
+    while engine.scheduler.num_waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
+        engine.step()
+    launched = []
+    launch = engine.runner._launch
+    monkeypatch.setattr(engine.runner, "_launch", lambda *args: launched.append(args) or launch(*args))
+    outputs = []
+    with profile_host.replayed_device(engine.runner):
+        for _ in range(4):
+            outputs += engine.step()
+    assert len(launched) == 1
+    by_request = {}
+    for output in outputs:
+        by_request.setdefault(output.request_id, []).append(output.new_token_ids)
+    for windows in by_request.values():
+        assert len(windows) == 4 and all(len(tokens) == 8 for tokens in windows)
+        assert all(tokens == windows[1] for tokens in windows[1:]), "the kept window's tokens land again"
+    assert engine.runner._launch.__name__ == "<lambda>"  # the replay put the runner back
