@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import platform
 import sys
@@ -74,6 +75,7 @@ INSIDE = {"detokenize": "output", "stops": "output"}
 TINY = ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
                    num_kv_heads=1, head_dim=32)
 PROMPT_TOKENS = 16
+MAX_MODEL_LEN = 2048  # room for --repeat runs of --steps windows (their rows' tables as wide as a served context's)
 
 
 class StageClock:
@@ -106,15 +108,17 @@ def smollm2_tokenizer():
     return tokenizer_for(load_checkpoint(None))
 
 
-def tiny_engine(num_sequences: int, max_decode_steps: int) -> Engine:
+def tiny_engine(num_sequences: int, max_decode_steps: int, max_tokens: int = 400) -> Engine:
     """The tiny model's engine, its buckets compiled, room for `num_sequences` rows."""
+    gc.unfreeze()  # the last count's engine, frozen by its settle_after_load, is garbage now: not kept
     tokenizer = smollm2_tokenizer()
     checkpoint = Checkpoint(TINY, random_params(TINY, seed=0),
-                            ModelSource(id="tiny-host", path=None, format="hf", context_length=512))
+                            ModelSource(id="tiny-host", path=None, format="hf", context_length=MAX_MODEL_LEN))
     budget = max(64, num_sequences)
+    pages_per_row = -(-(PROMPT_TOKENS + max_tokens) // EngineConfig.page_size) + 1
     # Two buckets: the decodes' (every row a token) and the prompts'; no other is ever used.
-    config = EngineConfig(max_model_len=512, max_num_seqs=num_sequences, max_num_batched_tokens=budget,
-                          token_buckets=tuple(sorted({num_sequences, budget})), num_pages=num_sequences * 28 + 40,
+    config = EngineConfig(max_model_len=MAX_MODEL_LEN, max_num_seqs=num_sequences, max_num_batched_tokens=budget,
+                          token_buckets=tuple(sorted({num_sequences, budget})), num_pages=max(num_sequences * pages_per_row, MAX_MODEL_LEN // 16) + 40,
                           max_decode_steps=max_decode_steps, quantization="none")
     engine = Engine(checkpoint, tokenizer, config)
     engine.runner.warmup()
@@ -168,62 +172,92 @@ def replayed_device(runner: ModelRunner):
         runner._launch = original
 
 
-def measure(num_sequences: int, steps: int, max_decode_steps: int, replay: bool = False) -> dict:
-    """Host seconds per Engine.step by stage, once every sequence decodes."""
-    engine = tiny_engine(num_sequences, max_decode_steps)
-    for request in requests(num_sequences, max_tokens=400):
+def measure(num_sequences: int, steps: int, max_decode_steps: int, replay: bool = False,
+            repeat: int = 1) -> dict:
+    """Host seconds per Engine.step, once every sequence decodes: the fastest of `repeat`
+    runs of `steps` steps as the engine runs them, then the fastest of `repeat` with each
+    stage timed (the wrappers' own cost is in that run's total, not in the first). On these
+    2 shared cores a run is often slowed by something else (XLA's threads, a collection)."""
+    # Room for every run, and the steps of decodes that prefilling the last rows takes.
+    max_tokens = min((2 * repeat * steps + 4) * max_decode_steps + num_sequences // 8, MAX_MODEL_LEN - PROMPT_TOKENS)
+    engine = tiny_engine(num_sequences, max_decode_steps, max_tokens)
+    for request in requests(num_sequences, max_tokens=max_tokens):
         engine.add_request(request)
-    with clocked(engine) as clock:
+    with ExitStack() as device:
         while engine.scheduler.num_waiting or any(seq.num_output_tokens == 0 for seq in engine.scheduler.running):
             engine.step()  # admit and prefill every sequence first
-        clock.counting = True
-        stack = ExitStack()
         if replay:
-            stack.enter_context(replayed_device(engine.runner))
-        tokens_before = sum(seq.num_output_tokens for seq in engine.scheduler.running)
-        started = time.perf_counter()
-        for _ in range(steps):
+            device.enter_context(replayed_device(engine.runner))
+        for _ in range(2):  # the kept window taken, and the detokenizers' tables filled
             engine.step()
-        wall = time.perf_counter() - started
-        tokens = sum(seq.num_output_tokens for seq in engine.scheduler.running) - tokens_before
-        stack.close()
-    seconds = dict(clock.seconds)
-    seconds["other"] = wall - sum(value for stage, value in seconds.items() if stage not in INSIDE)
+        plain = fastest(timed_run(engine, None, steps) for _ in range(repeat))
+        with clocked(engine) as clock:
+            staged = fastest(timed_run(engine, clock, steps) for _ in range(repeat))
+    return {**plain, "staged": staged}
+
+
+def fastest(runs) -> dict:
+    return min(runs, key=lambda run: run["wall_s"])
+
+
+def timed_run(engine: Engine, clock: StageClock | None, steps: int) -> dict:
+    """`steps` calls of Engine.step: the wall time a step, a decode step and a row's token,
+    and with a `clock` each stage's time a step."""
+    if clock is not None:
+        clock.seconds.clear()
+        clock.counting = True
+    num_sequences = len(engine.scheduler.running)
+    tokens_before = sum(seq.num_output_tokens for seq in engine.scheduler.running)
+    started = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    wall = time.perf_counter() - started
+    tokens = sum(seq.num_output_tokens for seq in engine.scheduler.running) - tokens_before
     decode_steps = tokens / num_sequences  # every row gains a token a decode step
-    return {"sequences": num_sequences, "steps": steps, "tokens": tokens, "wall_s": wall,
-            "ms_per_step": {stage: 1e3 * seconds.get(stage, 0.0) / steps for stage in STAGES},
-            "total_ms_per_step": 1e3 * wall / steps,
-            "ms_per_decode_step": 1e3 * wall / max(decode_steps, 1),
-            "us_per_row_token": 1e6 * wall / max(tokens, 1)}
+    run = {"sequences": num_sequences, "steps": steps, "tokens": tokens, "wall_s": wall,
+           "total_ms_per_step": 1e3 * wall / steps, "ms_per_decode_step": 1e3 * wall / max(decode_steps, 1),
+           "us_per_row_token": 1e6 * wall / max(tokens, 1)}
+    if clock is not None:
+        clock.counting = False
+        seconds = dict(clock.seconds)
+        seconds["other"] = wall - sum(value for stage, value in seconds.items() if stage not in INSIDE)
+        run["ms_per_step"] = {stage: 1e3 * seconds.get(stage, 0.0) / steps for stage in STAGES}
+    return run
 
 
 def table(results: list[dict]) -> str:
-    header = "| sequences | ms a step | ms a decode step | µs a row's token | " + " | ".join(STAGES) + " |"
-    lines = [header, "| " + " | ".join("---" for _ in range(4 + len(STAGES))) + " |"]
+    header = ("| sequences | ms a step | ms a decode step | µs a row's token | staged: ms a step | "
+              + " | ".join(STAGES) + " |")
+    lines = [header, "| " + " | ".join("---" for _ in range(5 + len(STAGES))) + " |"]
     for result in results:
-        stages = " | ".join(f"{result['ms_per_step'][stage]:.2f}" for stage in STAGES)
+        staged = result["staged"]
+        stages = " | ".join(f"{staged['ms_per_step'][stage]:.2f}" for stage in STAGES)
         lines.append(f"| {result['sequences']} | {result['total_ms_per_step']:.2f} | "
-                     f"{result['ms_per_decode_step']:.2f} | {result['us_per_row_token']:.1f} | {stages} |")
+                     f"{result['ms_per_decode_step']:.2f} | {result['us_per_row_token']:.1f} | "
+                     f"{staged['total_ms_per_step']:.2f} | {stages} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sequences", type=int, nargs="+", default=[1, 64, 256, 512])
-    parser.add_argument("--steps", type=int, default=30, help="Engine.step calls measured at each count")
+    parser.add_argument("--steps", type=int, default=20, help="Engine.step calls measured at each count")
     parser.add_argument("--max-decode-steps", type=int, default=EngineConfig.max_decode_steps,
                         help="decode steps a device call may run (1: a call a token)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of --steps at each count; the fastest is shown")
     parser.add_argument("--replay-device", action="store_true",
                         help="answer each launch with the first decode window's results: the host alone")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    results = [measure(count, args.steps, args.max_decode_steps, args.replay_device) for count in args.sequences]
+    results = [measure(count, args.steps, args.max_decode_steps, args.replay_device, args.repeat)
+               for count in args.sequences]
     print(f"machine: {platform.processor() or platform.machine()}; "
           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; max_decode_steps {args.max_decode_steps}; "
           f"device: {'replayed (the host alone)' if args.replay_device else 'the tiny model, on these cores'}")
     print(f"command: python tools/profile_host.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    print("ms a step: one Engine.step (a window of decode steps a device call); stages in ms a step; "
-          "detokenize and stops are inside output")
+    print("ms a step: one Engine.step (a window of decode steps a device call), the fastest of --repeat runs; "
+          "staged: the fastest run with every stage timed (the timers' cost in it), the stages in ms a step, "
+          "detokenize and stops inside output")
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

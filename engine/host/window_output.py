@@ -47,7 +47,7 @@ def lands_by_row(scheduled: SchedulerOutput) -> bool:
 def land_window(stage: OutputStage, scheduled: SchedulerOutput, steps: list[StepOutput]) -> list[RequestOutput]:
     """One output per row of the window that gained tokens or finished, in row order."""
     tokens = np.stack([step.tokens for step in steps], axis=1).tolist()  # [rows, rounds]
-    mirostat = np.stack([step.mirostat_mu for step in steps], axis=1)
+    mirostat = np.stack([step.mirostat_mu for step in steps], axis=1).tolist()
     outputs = []
     for index, item in enumerate(scheduled.scheduled):
         seq = item.seq
@@ -88,7 +88,7 @@ def land_row(stage: OutputStage, seq: Sequence, tokens: list[int], mirostat) -> 
 def advance(stage: OutputStage, seq: Sequence, tokens: list[int], mirostat) -> None:
     """`seq` after the window's rounds that kept `tokens`: its Mirostat state as the last of
     them left it, the tokens appended and computed (the scheduler's update, once)."""
-    seq.mirostat_mu = float(mirostat[len(tokens) - 1])
+    seq.mirostat_mu = mirostat[len(tokens) - 1]
     stage.scheduler.advance(seq, tokens)
 
 

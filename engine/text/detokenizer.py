@@ -27,10 +27,10 @@ class TokenPieces:
         self._skipped = tokenizer.added_token_ids(special=True) if skip_special_tokens else frozenset()
         self._added = tokenizer.added_token_ids(special=False)
         self._known: list[bytes | None] = [None] * tokenizer.vocab_size
-        # Each token's text where its bytes are whole UTF-8 characters (most tokens), else
-        # False: such a token met with no character pending adds its text as it is, without a
-        # decoder call (IncrementalDetokenizer._texts).
-        self._whole: list[str | bool | None] = [None] * tokenizer.vocab_size
+        # Each token met so far: its text where its bytes are whole UTF-8 characters (most
+        # tokens), else False. Such a token met with no character pending adds its text as it
+        # is, without a decoder call (IncrementalDetokenizer._texts).
+        self.whole: dict[int, str | bool] = {}
 
     def __call__(self, token_id: int) -> bytes:
         known = self._known[token_id] if 0 <= token_id < len(self._known) else None
@@ -43,22 +43,14 @@ class TokenPieces:
     def joined(self, token_ids: Sequence[int]) -> bytes:
         return b"".join([self(int(token)) for token in token_ids])
 
-    def whole_text(self, token_id: int) -> str | None:
-        """The token's text if its bytes are whole UTF-8 characters ("" for no bytes), else None."""
-        whole = self._whole
-        text = whole[token_id] if 0 <= token_id < len(whole) else None
-        if text is None:
-            text = self._whole_text(token_id)
-        return None if text is False else text
-
-    def _whole_text(self, token_id: int) -> str | bool:
-        """The token's text if its bytes are whole UTF-8 characters, else False (kept)."""
+    def whole_text(self, token_id: int) -> str | bool:
+        """The token's text if its bytes are whole UTF-8 characters ("" for none), else
+        False; kept in `whole`."""
         try:
             text = self(token_id).decode("utf-8")
         except UnicodeDecodeError:
             text = False
-        if 0 <= token_id < len(self._whole):
-            self._whole[token_id] = text
+        self.whole[token_id] = text
         return text
 
     def _bytes(self, token_id: int) -> bytes:
@@ -140,11 +132,16 @@ class IncrementalDetokenizer:
 
     def _texts(self, token_ids: Sequence[int]) -> list[str]:
         """What each token adds. A token of whole characters met with none pending is its
-        text as it is (cached), without a decoder call; the rest go through the decoder."""
-        whole, piece, texts = self._pieces.whole_text, self._pieces, []
+        text as it is (kept), without a decoder call; the rest go through the decoder."""
+        pieces, texts = self._pieces, []
+        known = pieces.whole
         for token in token_ids:
-            text = None if self._pending else whole(token)
-            texts.append(self._decode_bytes(piece(token)) if text is None else text)
+            text = known.get(token)
+            if text is None:
+                text = pieces.whole_text(token)
+            if text is False or self._pending:
+                text = self._decode_bytes(pieces(token))
+            texts.append(text)
         return texts
 
     def _decode_bytes(self, data: bytes) -> str:
