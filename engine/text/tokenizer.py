@@ -111,6 +111,12 @@ class Tokenizer:
         # it for seconds on a long text and stall every other thread (the API's event loop).
         return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
+    def encode_pair(self, first: str, second: str) -> tuple[list[int], list[int]]:
+        """Token ids and token types of two texts in one input, as the post-processor joins
+        them (a cross-encoder's query and document: [CLS] first [SEP] second [SEP], types 0 then 1)."""
+        encoding = self._tokenizer.encode(first, second)
+        return encoding.ids, encoding.type_ids
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""
         ids = [int(i) for i in ids]  # NumPy integers are refused by the Rust side

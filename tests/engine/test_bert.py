@@ -1,0 +1,198 @@
+"""The BERT encoder family and sentence-transformers pooling (engine/models/bert.py, pooling.py,
+engine/loader/sentence_transformers.py) against an independent NumPy forward
+(tests/engine/bert_reference.py): tiny random checkpoints of each pooling, and the embedded
+all-MiniLM-L6-v2 read from its package's zip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from engine.loader.sentence_transformers import embedded_embedder_path, load_encoder
+from engine.models.bert import classify, encode, relevance
+from engine.models.pooling import pool
+from tests.engine.bert_reference import (bert_states, cross_encoder_score, pooled, write_cross_encoder,
+                                         write_sentence_transformer)
+
+TEXTS = ["the cat sat on the mat.", "a big red dog ran fast", "birds sang", "the small blue bird sang, the dog ran."]
+
+
+def embed(checkpoint, texts: list[str], pooling=None) -> np.ndarray:
+    """The checkpoint's vectors for `texts`, batched and padded to the longest."""
+    ids = [checkpoint.tokenizer.encode(text) for text in texts]
+    lengths = np.array([len(row) for row in ids], np.int32)
+    batch = np.zeros((len(ids), lengths.max()), np.int32)
+    for index, row in enumerate(ids):
+        batch[index, : len(row)] = row
+
+    @jax.jit
+    def forward(weights, batch, lengths):
+        states = encode(weights, checkpoint.config, batch, jnp.zeros_like(batch), lengths)
+        return pool(states, lengths, pooling or checkpoint.pooling)
+
+    return np.asarray(forward(checkpoint.weights, batch, lengths))
+
+
+def reference(tensors: dict, config: dict, checkpoint, texts: list[str], mode: str, normalize: bool) -> np.ndarray:
+    return np.stack([pooled(bert_states(tensors, config, checkpoint.tokenizer.encode(text)), mode, normalize)
+                     for text in texts])
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "last"])
+@pytest.mark.parametrize("normalize", [True, False], ids=["normalized", "raw"])
+def test_a_tiny_embedder_equals_the_numpy_forward(tmp_path, mode, normalize):
+    config, tensors = write_sentence_transformer(tmp_path, mode, normalize)
+    checkpoint = load_encoder(tmp_path)
+    assert checkpoint.pooling.mode == mode and checkpoint.pooling.normalize is normalize
+    assert checkpoint.max_tokens == 48
+    got, want = embed(checkpoint, TEXTS), reference(tensors, config, checkpoint, TEXTS, mode, normalize)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    norms = np.linalg.norm(got, axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5) if normalize else not np.allclose(norms, 1.0, atol=1e-2)
+
+
+def test_the_comparison_fails_when_the_pooling_or_normalisation_changes(tmp_path):
+    """Positive control: the reference test above fails for a pooling other than the checkpoint's."""
+    config, tensors = write_sentence_transformer(tmp_path, "mean", True)
+    checkpoint = load_encoder(tmp_path)
+    want = reference(tensors, config, checkpoint, TEXTS, "mean", True)
+    for changed in (dataclasses.replace(checkpoint.pooling, mode="cls"),
+                    dataclasses.replace(checkpoint.pooling, mode="last"),
+                    dataclasses.replace(checkpoint.pooling, normalize=False)):
+        assert np.abs(embed(checkpoint, TEXTS, changed) - want).max() > 1e-2, changed
+
+
+def test_padding_changes_no_text_s_vector(tmp_path):
+    """Every token attends only to its own text's tokens: a text alone and beside longer ones agree."""
+    write_sentence_transformer(tmp_path, "mean", True)
+    checkpoint = load_encoder(tmp_path)
+    together = embed(checkpoint, TEXTS)
+    for index, text in enumerate(TEXTS):
+        np.testing.assert_allclose(embed(checkpoint, [text])[0], together[index], rtol=1e-5, atol=1e-6)
+
+
+def test_a_zipped_checkpoint_reads_as_its_folder(tmp_path):
+    write_sentence_transformer(tmp_path / "model", "cls", True)
+    with zipfile.ZipFile(tmp_path / "model.zip", "w") as archive:
+        for file in (tmp_path / "model").rglob("*"):
+            archive.write(file, file.relative_to(tmp_path / "model"))
+    np.testing.assert_array_equal(embed(load_encoder(tmp_path / "model.zip"), TEXTS),
+                                  embed(load_encoder(tmp_path / "model"), TEXTS))
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"modules": "Dense"}, "sentence_transformers.models.Dense"),
+    ({"pooling": "pooling_mode_max_tokens"}, "pooling_mode_max_tokens"),
+    ({"pooling": "pooling_mode_cls_token"}, "one of"),  # two modes at once
+    ({"config": ("architectures", ["LlamaForCausalLM"])}, "LlamaForCausalLM"),
+    ({"config": ("hidden_act", "relu")}, "'relu'"),
+])
+def test_what_is_not_run_is_refused_by_name(tmp_path, change, named):
+    extra = ({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"},)
+    write_sentence_transformer(tmp_path, "mean", True, modules_extra=extra if "modules" in change else ())
+    if "pooling" in change:
+        path = tmp_path / "1_Pooling" / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), change["pooling"]: True}))
+    if "config" in change:
+        key, value = change["config"]
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(ValueError, match=named):
+        load_encoder(tmp_path)
+
+
+# --- cross-encoder rerankers ---------------------------------------------------------------
+
+QUERY = "the dog ran"
+DOCUMENTS = ["a big dog ran fast.", "the red bird sang", "the cat sat on the mat", "dogs ran, birds sang.", "slow"]
+
+
+def scores(checkpoint, query: str, documents: list[str]) -> np.ndarray:
+    """The cross-encoder's score of each (query, document) pair, batched and padded."""
+    pairs = [checkpoint.tokenizer.encode_pair(query, document) for document in documents]
+    lengths = np.array([len(ids) for ids, _ in pairs], np.int32)
+    ids, types = (np.zeros((len(pairs), lengths.max()), np.int32) for _ in range(2))
+    for index, (row, row_types) in enumerate(pairs):
+        ids[index, : len(row)], types[index, : len(row)] = row, row_types
+
+    @jax.jit
+    def forward(weights, ids, types, lengths):
+        return relevance(classify(weights, encode(weights, checkpoint.config, ids, types, lengths)),
+                         checkpoint.activation)
+
+    return np.asarray(forward(checkpoint.weights, ids, types, lengths))
+
+
+@pytest.mark.parametrize("activation, sigmoid", [(None, True), ("torch.nn.modules.activation.Sigmoid", True),
+                                                 ("torch.nn.modules.linear.Identity", False)])
+def test_a_tiny_cross_encoder_scores_and_orders_as_the_numpy_forward(tmp_path, activation, sigmoid):
+    config, tensors = write_cross_encoder(tmp_path, activation)
+    checkpoint = load_encoder(tmp_path)
+    assert checkpoint.task == "rerank" and checkpoint.pooling is None
+    assert checkpoint.tokenizer.encode_pair(QUERY, DOCUMENTS[0])[1].count(1) > 0  # the document's tokens are type 1
+    want = np.array([cross_encoder_score(tensors, config, *checkpoint.tokenizer.encode_pair(QUERY, document),
+                                         sigmoid) for document in DOCUMENTS])
+    got = scores(checkpoint, QUERY, DOCUMENTS)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert list(np.argsort(-got)) == list(np.argsort(-want))
+    assert len(set(np.round(want, 4))) == len(DOCUMENTS), "the reference must order every document"
+
+
+def test_the_cross_encoder_comparison_fails_with_the_token_types_dropped(tmp_path):
+    """Positive control: the pair's second text is read with its own token type."""
+    config, tensors = write_cross_encoder(tmp_path)
+    checkpoint = load_encoder(tmp_path)
+    got = scores(checkpoint, QUERY, DOCUMENTS)
+    untyped = np.array([cross_encoder_score(tensors, config, checkpoint.tokenizer.encode_pair(QUERY, document)[0],
+                                            [0] * len(checkpoint.tokenizer.encode_pair(QUERY, document)[0]), True)
+                        for document in DOCUMENTS])
+    assert np.abs(got - untyped).max() > 1e-3
+
+
+@pytest.mark.parametrize("activation, labels, named", [
+    ("torch.nn.modules.activation.Tanh", 1, "Tanh"), (None, 2, "num_labels 1, not 2")])
+def test_a_cross_encoder_not_run_is_refused_by_name(tmp_path, activation, labels, named):
+    write_cross_encoder(tmp_path, activation, labels)
+    with pytest.raises(ValueError, match=named):
+        load_encoder(tmp_path)
+
+
+# --- the embedded all-MiniLM-L6-v2 ----------------------------------------------------------
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The sky is blue and clear today.",
+             "Flint serves embeddings beside its chat model."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_encoder(embedded_embedder_path(), "all-MiniLM-L6-v2")
+
+
+def test_the_embedded_minilm_equals_the_numpy_forward_of_its_weights(minilm):
+    with zipfile.ZipFile(embedded_embedder_path()) as archive:
+        config = json.loads(archive.read("config.json"))
+        tensors = {name: value for name, value in safetensors.numpy.load(archive.read("model.safetensors")).items()
+                   if not name.endswith("position_ids")}
+    assert minilm.config.hidden_size == 384 and minilm.max_tokens == 256
+    assert (minilm.pooling.mode, minilm.pooling.normalize) == ("mean", True)
+    got = embed(minilm, SENTENCES)
+    want = reference(tensors, config, minilm, SENTENCES, "mean", True)
+    cosines = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert got.shape == (4, 384) and cosines.min() >= 0.9999, cosines
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    similarity = got @ got.T  # what the model is for: the paraphrase nearer than the unrelated sentence
+    assert similarity[0, 1] > similarity[0, 2] + 0.2
+
+
+def test_the_embedded_tokenizer_neither_truncates_nor_pads(minilm):
+    """tokenizer.json cuts at 128 tokens and pads to 128: both are off, a text's tokens are its own."""
+    long_text = " ".join(["word"] * 300)
+    assert len(minilm.tokenizer.encode(long_text)) == 302  # [CLS], 300 words, [SEP]
+    assert len(minilm.tokenizer.encode("hello")) == 3
