@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from engine.device.compile_cache import CompileCounter
+from engine.device.encoder_runner import EncoderInput, EncoderRunner, InputTooLong
 from engine.loader.sentence_transformers import embedded_embedder_path, load_encoder
 from engine.models.bert import classify, encode, relevance
 from engine.models.pooling import pool
+from tests.engine.bert_reference import WORDS as WORDS_FOR_TEXTS
 from tests.engine.bert_reference import (bert_states, cross_encoder_score, pooled, write_cross_encoder,
                                          write_sentence_transformer)
 
@@ -196,3 +199,37 @@ def test_the_embedded_tokenizer_neither_truncates_nor_pads(minilm):
     long_text = " ".join(["word"] * 300)
     assert len(minilm.tokenizer.encode(long_text)) == 302  # [CLS], 300 words, [SEP]
     assert len(minilm.tokenizer.encode("hello")) == 3
+
+
+# --- the bucketed runner ----------------------------------------------------------------------
+
+def test_the_runner_gives_each_input_its_own_result_in_order_and_compiles_nothing(tmp_path):
+    """More texts than the largest row bucket, of mixed lengths, in shuffled order: each gets
+    what it gets alone in the reference forward, from the buckets compiled at warmup."""
+    config, tensors = write_sentence_transformer(tmp_path, "mean", True)
+    runner = EncoderRunner(load_encoder(tmp_path), row_buckets=(1, 4))
+    runner.warmup()
+    assert len(runner.compiled) == 2 * len(runner.token_buckets) and runner.token_buckets == (16, 32, 48)
+    rng = np.random.default_rng(2)
+    texts = [" ".join(rng.choice(WORDS_FOR_TEXTS, size=int(rng.integers(1, 30)))) for _ in range(11)]
+    inputs = [EncoderInput(runner.checkpoint.tokenizer.encode(text)) for text in texts]
+    assert max(len(item.ids) for item in inputs) > 16  # more than one token bucket in use
+    with CompileCounter() as counts:
+        got = runner.run(inputs)
+    assert counts.compiled == 0 and got.shape == (11, 32)
+    want = np.stack([pooled(bert_states(tensors, config, item.ids), "mean", True) for item in inputs])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    assert runner.run([]).shape == (0, 32)
+
+
+def test_the_runner_scores_pairs_and_refuses_a_long_input_by_index(tmp_path):
+    config, tensors = write_cross_encoder(tmp_path)
+    runner = EncoderRunner(load_encoder(tmp_path), row_buckets=(8,))
+    runner.warmup()
+    pairs = [runner.checkpoint.tokenizer.encode_pair(QUERY, document) for document in DOCUMENTS]
+    got = runner.run([EncoderInput(ids, types) for ids, types in pairs])
+    want = [cross_encoder_score(tensors, config, ids, types, True) for ids, types in pairs]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    too_long = EncoderInput([2] + [5] * 68 + [3])  # past the 64 positions (no max_seq_length given)
+    with pytest.raises(InputTooLong, match="input 1 has 70 tokens; the model takes at most 64"):
+        runner.run([EncoderInput(pairs[0][0], pairs[0][1]), too_long])
