@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -1043,6 +1043,17 @@ class AnthropicError(BaseModel):
     message: str
 
 
+class Task(Enum):
+    """
+    What the model does here, by the routes it serves.
+    """
+
+    GENERATE = "generate"
+    EMBED = "embed"
+    RERANK = "rerank"
+    NONE_TYPE_NONE = None
+
+
 class Model(BaseModel):
     """
     A model this server runs.
@@ -1065,6 +1076,10 @@ class Model(BaseModel):
     ] = None
     max_model_len: Annotated[
         int | None, Field(description="Context window in tokens.")
+    ] = None
+    task: Annotated[
+        Task | None,
+        Field(description="What the model does here, by the routes it serves."),
     ] = None
 
 
@@ -1103,6 +1118,111 @@ class UnloadLoraAdapterRequest(BaseModel):
         extra="forbid",
     )
     lora_name: Annotated[str, Field(min_length=1)]
+
+
+class EncodingFormat(StrEnum):
+    """
+    Floats, or base64 of the little-endian float32 bytes.
+    """
+
+    FLOAT = "float"
+    BASE64 = "base64"
+
+
+class EmbeddingRequest(BaseModel):
+    """
+    OpenAI's embeddings request, with vLLM's truncate_prompt_tokens.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    input: Annotated[
+        str | list[str] | list[int] | list[list[int]],
+        Field(
+            description="A text, a list of texts, a list of token ids, or a list of lists of token ids. Each is embedded on its own."
+        ),
+    ]
+    model: Annotated[
+        str, Field(description="The embedding model, by its id in /v1/models.")
+    ]
+    encoding_format: Annotated[
+        EncodingFormat | None,
+        Field(description="Floats, or base64 of the little-endian float32 bytes."),
+    ] = "float"
+    dimensions: Annotated[
+        int | None,
+        Field(
+            description="Keep the first `dimensions` of each vector and scale it back to unit length; only for models trained for it (Matryoshka).",
+            ge=1,
+        ),
+    ] = None
+    user: Annotated[str | None, Field(description="The end user, for the logs.")] = None
+    truncate_prompt_tokens: Annotated[
+        int | None,
+        Field(
+            description="Keep the last this many tokens of an input that is longer (-1: the model's limit); without it such an input is an error.",
+            ge=-1,
+        ),
+    ] = None
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"]
+    embedding: list[float] | str
+    index: int
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class RerankDocument(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: Annotated[int, Field(description="The document's place in the request.")]
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankUsage(BaseModel):
+    total_tokens: int
+
+
+class RerankBilledUnits(BaseModel):
+    search_units: int | None = None
+
+
+class ScoreRequest(BaseModel):
+    """
+    vLLM's score request.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    model: str | None = None
+    text_1: str | list[str]
+    text_2: str | list[str]
+    truncate_prompt_tokens: Annotated[
+        int | None,
+        Field(
+            description="Keep the last this many tokens of a pair that is longer (-1 the model's limit).",
+            ge=-1,
+        ),
+    ] = None
+
+
+class ScoreData(BaseModel):
+    index: int
+    object: Literal["score"]
+    score: float
 
 
 class TokenizeCompletionRequest(BaseModel):
@@ -1804,6 +1924,61 @@ class ModelList(BaseModel):
     data: list[Model]
 
 
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
+class RerankRequest(BaseModel):
+    """
+    The Cohere and Jina rerank request, as vLLM and llama.cpp take it.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    model: Annotated[
+        str | None, Field(description="The reranker, by its id in /v1/models.")
+    ] = None
+    query: str
+    documents: list[str | RerankDocument]
+    top_n: Annotated[
+        int | None,
+        Field(
+            description="Return only the most relevant this many (all, when more than the documents)."
+        ),
+    ] = None
+    return_documents: Annotated[
+        bool | None, Field(description="Give each result its document.")
+    ] = True
+    max_tokens_per_doc: Annotated[
+        int | None,
+        Field(
+            description="Cohere's cut of each document, in tokens, before it is scored.",
+            ge=1,
+        ),
+    ] = None
+
+
+class RerankMeta(BaseModel):
+    """
+    Cohere's meta, its billed units.
+    """
+
+    billed_units: RerankBilledUnits | None = None
+
+
+class ScoreResponse(BaseModel):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: EmbeddingUsage
+
+
 class TokenizeChatRequest(BaseModel):
     """
     Render chat messages with the model's chat template, then tokenize.
@@ -2037,6 +2212,14 @@ class TokenizeRequest(RootModel[TokenizeCompletionRequest | TokenizeChatRequest]
             description="Tokenize a plain prompt, or a chat rendered through the chat template."
         ),
     ]
+
+
+class RerankResponse(BaseModel):
+    id: str
+    model: str | None = None
+    results: list[RerankResult]
+    usage: RerankUsage | None = None
+    meta: RerankMeta | None = None
 
 
 class MessageContentPart(

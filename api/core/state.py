@@ -16,6 +16,7 @@ from engine.loader.source import ModelSource
 from engine.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from engine.async_encoder import AsyncEncoder
     from api.adapters.registry import AdapterRegistry
     from api.core.generation import Generation
     from engine.loader.lora import LoraAdapter
@@ -55,6 +56,8 @@ class ServerState:
     generations_cut_off: bool = False
     # The LoRA adapters served by name (api/adapters/registry.py); set once the engine has loaded.
     adapters: AdapterRegistry | None = None
+    # The encoders served beside the chat model, by id (api/server/encoders.py); set once loaded.
+    encoders: dict[str, AsyncEncoder] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(model_name=self.model.id)

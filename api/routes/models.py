@@ -11,6 +11,7 @@ from litestar.params import FromPath
 
 from api.core.errors import model_not_found
 from api.core.state import ServerState
+from engine.async_encoder import AsyncEncoder
 from engine.loader.lora import LoraAdapter
 from generated.flint import Model, ModelList
 
@@ -24,17 +25,27 @@ def describe(server: ServerState) -> Model:
         owned_by="flint",
         root=source.path.name,  # the checkpoint's name: its path on the server is nobody's business
         max_model_len=server.max_model_len,  # what the engine serves: capped at the model's context
+        task="generate",
     )
+
+
+def describe_encoder(server: ServerState, encoder: AsyncEncoder) -> Model:
+    """An embedder or reranker served beside the chat model (api/server/encoders.py)."""
+    checkpoint = encoder.checkpoint
+    return Model(id=checkpoint.id, object="model", created=server.started_at, owned_by="flint", root=checkpoint.id,
+                 max_model_len=checkpoint.max_tokens, task=checkpoint.task)
 
 
 def describe_adapter(server: ServerState, adapter: LoraAdapter) -> Model:
     return Model(id=adapter.name, object="model", created=server.started_at, owned_by="flint",
-                 root=Path(adapter.path).name, parent=server.model.id, max_model_len=server.max_model_len)
+                 root=Path(adapter.path).name, parent=server.model.id, max_model_len=server.max_model_len,
+                 task="generate")
 
 
 def served_models(server: ServerState) -> list[Model]:
     adapters = list(server.adapters.adapters.values()) if server.adapters is not None else []
-    return [describe(server), *(describe_adapter(server, adapter) for adapter in adapters)]
+    return [describe(server), *(describe_adapter(server, adapter) for adapter in adapters),
+            *(describe_encoder(server, encoder) for encoder in server.encoders.values())]
 
 
 @get("/models", sync_to_thread=False)

@@ -12,6 +12,8 @@ from api.core.admission import require_serving
 from api.core.errors import OPENAI_ERRORS, handlers_by_path
 from api.core.registry import Registry
 from api.core.state import ServerState
+from api.embeddings import fields as embedding_fields
+from api.embeddings import route as embeddings
 from api.messages import route as messages
 from api.messages.errors import ANTHROPIC_ERRORS
 from api.responses import route as responses
@@ -30,7 +32,8 @@ from engine.loader.source import resolve_model
 # base URL, so clients configured for Fireworks work unchanged.
 API_PREFIXES = ("/v1", "/inference/v1")
 API_HANDLERS = [models.list_models, models.retrieve_model, *tokens.HANDLERS, *completions.HANDLERS,
-                *chat.HANDLERS, *responses.HANDLERS, *messages.HANDLERS, *adapters.HANDLERS]
+                *chat.HANDLERS, *responses.HANDLERS, *messages.HANDLERS, *adapters.HANDLERS,
+                *embeddings.HANDLERS]
 # Generated request models whose routes this server does not have yet, and why; once a
 # route serves one, its entry goes and its fields get a table (tests/api/test_field_registry.py).
 NOT_SERVED: dict[type, str] = {}
@@ -39,7 +42,7 @@ NOT_SERVED: dict[type, str] = {}
 ERROR_SHAPES = {prefix + messages.PATH: ANTHROPIC_ERRORS for prefix in API_PREFIXES}
 # Every route's field registry, for the checks that walk them all.
 REGISTRY = Registry.combined([completions.COMPLETIONS.registry, chat.CHAT.registry, responses.RESPONSES.registry,
-                              messages.MESSAGES.registry, tokens.REGISTRY, adapters.REGISTRY,
+                              messages.MESSAGES.registry, tokens.REGISTRY, adapters.REGISTRY, embedding_fields.REGISTRY,
                               Registry(not_served=NOT_SERVED)])
 
 
@@ -58,7 +61,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     guards.append(require_serving)
     routers = [Router(prefix, route_handlers=API_HANDLERS, guards=guards) for prefix in API_PREFIXES]
     # The tokenizer routes also at the root, where vLLM serves them (lm-eval's remote tokenizer).
-    routers.append(Router("/", route_handlers=tokens.HANDLERS, guards=guards))
+    # Rerank also where Jina's and vLLM's clients (/rerank) and Cohere's v2 client (/v2/rerank) post it.
+    routers.append(Router("/", route_handlers=[*tokens.HANDLERS, embeddings.rerank], guards=guards))
+    routers.append(Router("/v2", route_handlers=[embeddings.rerank], guards=guards))
     # Friendli's serverless base URL, for clients of its token_sampled / complete events.
     routers.append(Router(completions.SERVERLESS_PREFIX, route_handlers=completions.SERVERLESS_HANDLERS, guards=guards))
     # Every answer, routed or not, carries X-Request-Id and is logged (api/server/middleware.py).

@@ -21,6 +21,7 @@ from typing import TypeVar
 from api.adapters.registry import AdapterRegistry
 from api.core.errors import ApiError
 from api.core.state import ServerState
+from api.server.encoders import load_encoders, stop_encoders
 from api.server.engine_health import BackgroundCompile, EngineHealth, engine_health
 from api.server.multihost import LeaderLink
 from api.server.progress import StartupDisplay
@@ -187,6 +188,7 @@ class EngineLifecycle:
         engine = self.factory(settings)
         self.server.max_token_bytes = engine.tokenizer.longest_token_bytes()
         self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
+        self.server.encoders = load_encoders(settings.embedding_models, settings.rerank_models, {self.server.model.id})
         settle_after_load()
         loop = self._loop
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))
@@ -246,6 +248,7 @@ class EngineLifecycle:
                 await asyncio.to_thread(self.server.engine.stop)
             self.server.engine = None
             self._watch.stop()
+        await asyncio.to_thread(stop_encoders, self.server.encoders)
         if self.group is not None:
             await asyncio.to_thread(self.group.stop)
         await self.server.store.close()

@@ -31,6 +31,7 @@ import uvicorn
 from api.server.cors import add_cors_arguments
 from api.server.flag_types import at_least
 from api.server.launch import imports_frozen
+from api.server.encoders import add_encoder_arguments
 from api.server.lora_flags import add_lora_arguments, lora_engine_options
 from api.server.multihost import add_multihost_arguments, join_group, run_follower, topology_from_args
 from api.server.settings import LOG_FORMATS, MIB, Settings, default_compilation_cache, default_data_dir
@@ -120,6 +121,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="log lines as text, or as one JSON object a line (timestamp, level, logger, "
                             "message, request_id), with one access line per request (default: %(default)s)")
     add_lora_arguments(serve)
+    add_encoder_arguments(serve)
     add_multihost_arguments(serve)
 
 
@@ -202,7 +204,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     log_format=args.log_format, topology=topology_from_args(args),
                     follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora),
-                    allow_runtime_lora=args.allow_runtime_lora, allowed_origins=tuple(args.allowed_origins))
+                    allow_runtime_lora=args.allow_runtime_lora, allowed_origins=tuple(args.allowed_origins),
+                    embedding_models=tuple(args.embedding_model), rerank_models=tuple(args.rerank_model))
 
 
 def check_tensor_parallel_size(size: int) -> None:

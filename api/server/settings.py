@@ -82,6 +82,10 @@ class Settings:
     # Origins (scheme://host[:port], or "*") whose browser pages may call the API
     # (`--allowed-origins`; api/server/cors.py). None by default: same-origin pages only.
     allowed_origins: tuple[str, ...] = ()
+    # Encoders served beside the chat model (api/server/encoders.py): `--embedding-model`
+    # ("default": the embedded all-MiniLM-L6-v2, or a path) and `--rerank-model` (a path).
+    embedding_models: tuple[str, ...] = ()
+    rerank_models: tuple[str, ...] = ()
 
     @property
     def valid_api_keys(self) -> tuple[str, ...]:

@@ -39,6 +39,17 @@ class EncoderCheckpoint:
     max_tokens: int
     pooling: Pooling | None = None  # an embedder's
     activation: str | None = None  # a cross-encoder's ("sigmoid" or "identity", bert.relevance)
+    # Widths an embedder was trained to be cut to (Matryoshka: config.json's vLLM-style
+    # `matryoshka_dimensions`, or `is_matryoshka` for any): None, not trained for it; (): any.
+    matryoshka: tuple[int, ...] | None = None
+
+    def allows_dimensions(self, dimensions: int) -> bool:
+        """Whether an embedding may be cut to its first `dimensions` (its full width always)."""
+        width = self.config.hidden_size
+        if dimensions == width:
+            return True
+        return self.matryoshka is not None and dimensions < width and (
+            not self.matryoshka or dimensions in self.matryoshka)
 
     @property
     def task(self) -> str:
@@ -99,7 +110,13 @@ def load_encoder(path: str | Path, model_id: str | None = None) -> EncoderCheckp
     if files.exists("sentence_bert_config.json"):
         limit = min(limit, files.read_json("sentence_bert_config.json").get("max_seq_length") or limit)
     return EncoderCheckpoint(id=model_id or Path(path).stem, config=encoder, weights=weights,
-                             tokenizer=encoder_tokenizer(files), max_tokens=limit, **head)
+                             tokenizer=encoder_tokenizer(files), max_tokens=limit, matryoshka=matryoshka(config), **head)
+
+
+def matryoshka(config: dict) -> tuple[int, ...] | None:
+    if config.get("matryoshka_dimensions"):
+        return tuple(int(width) for width in config["matryoshka_dimensions"])
+    return () if config.get("is_matryoshka") else None
 
 
 def encoder_tokenizer(files: CheckpointFiles) -> Tokenizer:

@@ -111,11 +111,25 @@ class Tokenizer:
         # it for seconds on a long text and stall every other thread (the API's event loop).
         return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
-    def encode_pair(self, first: str, second: str) -> tuple[list[int], list[int]]:
+    def encode_pair(self, first: str, second: str, max_second: int | None = None) -> tuple[list[int], list[int]]:
         """Token ids and token types of two texts in one input, as the post-processor joins
-        them (a cross-encoder's query and document: [CLS] first [SEP] second [SEP], types 0 then 1)."""
-        encoding = self._tokenizer.encode(first, second)
+        them (a cross-encoder's query and document: [CLS] first [SEP] second [SEP], types 0
+        then 1); the second text cut to its first `max_second` tokens where given."""
+        encode = self._tokenizer.encode
+        first_part, second_part = encode(first, add_special_tokens=False), encode(second, add_special_tokens=False)
+        if max_second is not None:
+            second_part.truncate(max(max_second, 0))
+        encoding = self._tokenizer.post_process(first_part, second_part)
         return encoding.ids, encoding.type_ids
+
+    def encode_truncated(self, text: str, max_tokens: int, keep: str = "last") -> list[int]:
+        """`encode(text)` cut to `max_tokens`, the special tokens kept: the text's last
+        tokens kept (vLLM's truncate_prompt_tokens) or its first (`keep="first"`, Cohere's
+        max_tokens_per_doc)."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        room = max(max_tokens - self._tokenizer.num_special_tokens_to_add(False), 0)
+        encoding.truncate(room, direction="left" if keep == "last" else "right")
+        return self._tokenizer.post_process(encoding).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import safetensors.numpy
 
 from engine.device.compile_cache import CompileCounter
 from engine.device.encoder_runner import EncoderInput, EncoderRunner, InputTooLong
@@ -169,29 +168,12 @@ def test_a_cross_encoder_not_run_is_refused_by_name(tmp_path, activation, labels
 
 # --- the embedded all-MiniLM-L6-v2 ----------------------------------------------------------
 
-SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The sky is blue and clear today.",
-             "Flint serves embeddings beside its chat model."]
+# Its vectors against the NumPy forward of its weights: tests/api/test_embeddings_minilm.py, through HTTP.
 
 
 @pytest.fixture(scope="module")
 def minilm():
     return load_encoder(embedded_embedder_path(), "all-MiniLM-L6-v2")
-
-
-def test_the_embedded_minilm_equals_the_numpy_forward_of_its_weights(minilm):
-    with zipfile.ZipFile(embedded_embedder_path()) as archive:
-        config = json.loads(archive.read("config.json"))
-        tensors = {name: value for name, value in safetensors.numpy.load(archive.read("model.safetensors")).items()
-                   if not name.endswith("position_ids")}
-    assert minilm.config.hidden_size == 384 and minilm.max_tokens == 256
-    assert (minilm.pooling.mode, minilm.pooling.normalize) == ("mean", True)
-    got = embed(minilm, SENTENCES)
-    want = reference(tensors, config, minilm, SENTENCES, "mean", True)
-    cosines = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-    assert got.shape == (4, 384) and cosines.min() >= 0.9999, cosines
-    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
-    similarity = got @ got.T  # what the model is for: the paraphrase nearer than the unrelated sentence
-    assert similarity[0, 1] > similarity[0, 2] + 0.2
 
 
 def test_the_embedded_tokenizer_neither_truncates_nor_pads(minilm):

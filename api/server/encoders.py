@@ -1,0 +1,66 @@
+"""`flint serve --embedding-model` and `--rerank-model`: the encoders served beside the chat
+model (engine/async_encoder.py), loaded and compiled with it at start-up."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from engine.async_encoder import AsyncEncoder
+from engine.loader.sentence_transformers import (EMBEDDED_EMBEDDER_ID, EncoderCheckpoint, embedded_embedder_path,
+                                                 load_encoder)
+
+log = logging.getLogger("flint")
+DEFAULT = "default"  # --embedding-model default: the embedded all-MiniLM-L6-v2
+
+
+def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--embedding-model", metavar="MODEL", action="append", default=[],
+                        help="also serve an embedder or a reranker from a sentence-transformers folder or zip "
+                             "(/v1/embeddings, /v1/rerank, /v1/score), by its folder's name; 'default': the "
+                             f"embedded {EMBEDDED_EMBEDDER_ID} (repeatable)")
+    parser.add_argument("--rerank-model", metavar="PATH", action="append", default=[],
+                        help="also serve a cross-encoder reranker (/v1/rerank, /v1/score) from a "
+                             "sentence-transformers folder or zip (repeatable)")
+
+
+def encoder_checkpoint(model: str) -> EncoderCheckpoint:
+    if model == DEFAULT:
+        return load_encoder(embedded_embedder_path(), EMBEDDED_EMBEDDER_ID)
+    return load_encoder(model)
+
+
+def load_encoders(embedding_models: tuple[str, ...], rerank_models: tuple[str, ...],
+                  taken_ids: set[str]) -> dict[str, AsyncEncoder]:
+    """Each named encoder loaded, compiled and running, by id; ValueError naming the flag of
+    one that cannot be (not found, not run, a reranker expected, an id already served)."""
+    encoders: dict[str, AsyncEncoder] = {}
+    flagged = [("--embedding-model", model) for model in embedding_models]
+    flagged += [("--rerank-model", model) for model in rerank_models]
+    try:
+        for flag, model in flagged:
+            checkpoint = checked(flag, model, taken_ids | set(encoders))
+            encoders[checkpoint.id] = AsyncEncoder.started(checkpoint)
+            log.info("%s %s: %s served (%s), %d buckets compiled", flag, model, checkpoint.id, checkpoint.task,
+                     len(encoders[checkpoint.id].runner.compiled))
+    except Exception:
+        stop_encoders(encoders)
+        raise
+    return encoders
+
+
+def checked(flag: str, model: str, taken_ids: set[str]) -> EncoderCheckpoint:
+    try:
+        checkpoint = encoder_checkpoint(model)
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{flag} {model}: {error}") from None
+    if flag == "--rerank-model" and checkpoint.task != "rerank":
+        raise ValueError(f"{flag} {model}: an embedder, not a cross-encoder reranker (--embedding-model serves it)")
+    if checkpoint.id in taken_ids:
+        raise ValueError(f"{flag} {model}: the id {checkpoint.id!r} is already served")
+    return checkpoint
+
+
+def stop_encoders(encoders: dict[str, AsyncEncoder]) -> None:
+    for encoder in encoders.values():
+        encoder.stop()
