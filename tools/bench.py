@@ -19,6 +19,9 @@
                                        outputs, and with --speculative ngram, through HTTP
     python tools/bench.py lora         decode with 8 LoRA adapters in one batch against the
                                        base alone, in the engine
+    python tools/bench.py embed        embeddings per second of the embedded all-MiniLM-L6-v2
+                                       at batches of 1, 32 and 256 sentences, against
+                                       sentence-transformers on torch's CPU (--peer-python)
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.
@@ -221,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     add_speculative_options(commands.add_parser("speculative", help="predicted outputs and n-gram drafts "
                                                                      "against plain decoding through HTTP"))
     from bench_lora import add_options as add_lora_options
+    from bench_embed import add_options as add_embed_options
+    from bench_embed import embed_benchmark
+
+    add_embed_options(commands.add_parser("embed", help="embeddings per second against sentence-transformers"))
 
     add_lora_options(commands.add_parser("lora", help="decode with 8 LoRA adapters in one batch against the base"))
     args = parser.parse_args(argv)
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
      "serve": serve_benchmarks, "structured": structured_benchmark,
-     "speculative": speculative_benchmark, "lora": lora_benchmark}[args.command](args)
+     "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark}[args.command](args)
     return 0
 
 

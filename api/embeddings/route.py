@@ -33,6 +33,11 @@ from generated.flint import (Embedding, EmbeddingRequest, EmbeddingResponse, Emb
 ROUTE_TASKS = {"embeddings": ("embed",), "rerank": ("rerank", "embed"), "score": ("rerank", "embed")}
 
 
+def routes_of(task: str) -> tuple[str, ...]:
+    """The routes an encoder of `task` serves: an embedder all three, a reranker two."""
+    return tuple(route for route, tasks in ROUTE_TASKS.items() if task in tasks)
+
+
 def encoder_for(server: ServerState, model: str | None, route: str) -> AsyncEncoder:
     """The served encoder `model` names (or, left out, the only one that serves `route`)."""
     tasks = ROUTE_TASKS[route]
@@ -52,6 +57,11 @@ def encoder_for(server: ServerState, model: str | None, route: str) -> AsyncEnco
     return encoder
 
 
+def record(server: ServerState, encoder: AsyncEncoder, route: str, tokens: int, started: float) -> None:
+    server.metrics.record_encoder_request(model=encoder.id, route=route, tokens=tokens,
+                                          latency=time.perf_counter() - started)
+
+
 async def parsed(request: Request, model_class: type):
     raw = require_object(await read_json_body(request))
     body = await asyncio.to_thread(parse_body, model_class, raw)
@@ -69,6 +79,7 @@ async def encoded(encoder: AsyncEncoder, inputs) -> np.ndarray:
 @post("/embeddings", status_code=200)
 async def create_embedding(request: Request, state: State) -> EmbeddingResponse:
     server: ServerState = state.server
+    started = time.perf_counter()
     body: EmbeddingRequest = await parsed(request, EmbeddingRequest)
     encoder = encoder_for(server, body.model, "embeddings")
     checkpoint = encoder.checkpoint
@@ -78,6 +89,7 @@ async def create_embedding(request: Request, state: State) -> EmbeddingResponse:
     inputs = await asyncio.to_thread(bodies.embedding_inputs, body, checkpoint)
     vectors = cut_to(await encoded(encoder, inputs), body.dimensions)
     num_tokens = sum(len(item.ids) for item in inputs)
+    record(server, encoder, "embeddings", num_tokens, started)
     data = [Embedding(object="embedding", index=index, embedding=encoded_vector(vector, body.encoding_format))
             for index, vector in enumerate(vectors)]
     return EmbeddingResponse(object="list", data=data, model=checkpoint.id,
@@ -120,6 +132,7 @@ async def relevance(encoder: AsyncEncoder, pairs: list[tuple[str, str]], names: 
 @post(["/rerank"], status_code=200)
 async def rerank(request: Request, state: State) -> RerankResponse:
     server: ServerState = state.server
+    started = time.perf_counter()
     body: RerankRequest = await parsed(request, RerankRequest)
     encoder = encoder_for(server, body.model, "rerank")
     if body.top_n is not None and body.top_n <= 0:
@@ -127,6 +140,7 @@ async def rerank(request: Request, state: State) -> RerankResponse:
     documents = bodies.document_texts(body)
     scores, num_tokens = await relevance(encoder, [(body.query, document) for document in documents],
                                          ("query", "documents"), None, body.max_tokens_per_doc)
+    record(server, encoder, "rerank", num_tokens, started)
     order = sorted(range(len(documents)), key=lambda index: -scores[index])[: body.top_n or len(documents)]
     keep = body.return_documents is not False
     results = [RerankResult(index=index, relevance_score=float(scores[index]),
@@ -138,11 +152,13 @@ async def rerank(request: Request, state: State) -> RerankResponse:
 @post("/score", status_code=200)
 async def score(request: Request, state: State) -> ScoreResponse:
     server: ServerState = state.server
+    started = time.perf_counter()
     body: ScoreRequest = await parsed(request, ScoreRequest)
     encoder = encoder_for(server, body.model, "score")
     limit = bodies.truncation(body.truncate_prompt_tokens, encoder.checkpoint)
     pairs = bodies.score_pairs(body)
     scores, num_tokens = await relevance(encoder, pairs, ("text_1", "text_2"), limit)
+    record(server, encoder, "score", num_tokens, started)
     return ScoreResponse(id=f"score-{uuid.uuid4().hex}", object="list", created=int(time.time()), model=encoder.id,
                          data=[ScoreData(index=index, object="score", score=float(value))
                                for index, value in enumerate(scores)],

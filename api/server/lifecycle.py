@@ -21,6 +21,7 @@ from typing import TypeVar
 from api.adapters.registry import AdapterRegistry
 from api.core.errors import ApiError
 from api.core.state import ServerState
+from api.embeddings.route import routes_of
 from api.server.encoders import load_encoders, stop_encoders
 from api.server.engine_health import BackgroundCompile, EngineHealth, engine_health
 from api.server.multihost import LeaderLink
@@ -189,6 +190,8 @@ class EngineLifecycle:
         self.server.max_token_bytes = engine.tokenizer.longest_token_bytes()
         self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
         self.server.encoders = load_encoders(settings.embedding_models, settings.rerank_models, {self.server.model.id})
+        for encoder in self.server.encoders.values():
+            self.server.metrics.serve_encoder(encoder.id, routes_of(encoder.checkpoint.task))
         settle_after_load()
         loop = self._loop
         return AsyncEngine(engine, on_death=lambda error: loop.call_soon_threadsafe(self._engine_died, error))

@@ -68,6 +68,7 @@ class Metrics:
                                     LATENCY_BUCKETS)
         self._add_tenancy_metrics()
         self._add_lora_metrics()
+        self._add_encoder_metrics()
         # How the engine serves (api/server/engine_health.py): what a slower-than-expected server
         # shows without its log.
         self._bucket_compiled = Gauge("flint:token_bucket_compiled",
@@ -128,6 +129,32 @@ class Metrics:
             "lora_adapter_evictions": ("Of those, writes over another adapter (the least recently used).",
                                        "num_adapter_evictions")})
         self.registry.register(self._lora_slots)
+
+    def _add_encoder_metrics(self) -> None:
+        # The encoders served beside the chat model (api/embeddings/): vLLM counts a pooling
+        # request among its generation requests, one model a server; here each encoder's
+        # requests are their own series, by model and route, and the chat model's stay apart.
+        labels = ["model", "route"]
+        self._encoder_requests = Counter("flint:encoder_requests", "Embedding, rerank and score requests answered, "
+                                         "by encoder model and route.", labels, registry=self.registry)
+        self._encoder_tokens = Counter("flint:encoder_prompt_tokens", "Tokens the encoders read for those "
+                                       "requests (a rerank's query with each document).", labels,
+                                       registry=self.registry)
+        self._encoder_latency = Histogram("flint:encoder_request_latency_seconds", "Time from an embedding, rerank "
+                                          "or score request's arrival to its answer.", labels,
+                                          buckets=LATENCY_BUCKETS, registry=self.registry)
+
+    def serve_encoder(self, model: str, routes: Iterable[str]) -> None:
+        """Every series of a served encoder from the start, so that a rate over any exists
+        before its first request."""
+        for route in routes:
+            for family in (self._encoder_requests, self._encoder_tokens, self._encoder_latency):
+                family.labels(model=model, route=route)
+
+    def record_encoder_request(self, *, model: str, route: str, tokens: int, latency: float) -> None:
+        self._encoder_requests.labels(model=model, route=route).inc()
+        self._encoder_tokens.labels(model=model, route=route).inc(tokens)
+        self._encoder_latency.labels(model=model, route=route).observe(latency)
 
     def _set_lora(self, load: EngineStats) -> None:
         self._lora_info.clear()  # one sample, labelled with the adapters now

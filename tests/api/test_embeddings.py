@@ -16,6 +16,7 @@ import pytest
 from api_helpers import ONE_BUCKET_ENGINE, wait_until_serving
 from langchain_openai import OpenAIEmbeddings
 from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.server.settings import Settings
 from engine.loader.sentence_transformers import load_encoder
@@ -224,3 +225,20 @@ def test_langchain_embeds_documents_and_queries(client, encoders):
     want = reference_vectors(encoders, EMBEDDER, TEXTS[:2], "mean")
     np.testing.assert_allclose(embeddings.embed_documents(TEXTS[:2]), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(embeddings.embed_query(TEXTS[1]), want[1], rtol=1e-4, atol=1e-5)
+
+
+def test_metrics_count_each_encoder_s_requests_tokens_and_latency(client, encoders):
+    def sample(name: str, model: str, route: str) -> float:
+        for family in text_string_to_metric_families(client.get("/metrics").text):
+            for found in family.samples:
+                if found.name == name and found.labels.get("model") == model and found.labels.get("route") == route:
+                    return found.value
+        raise AssertionError(f"no {name} for {model} {route}")
+
+    names = ("flint:encoder_requests_total", "flint:encoder_prompt_tokens_total",
+             "flint:encoder_request_latency_seconds_count")
+    before = [sample(name, RERANKER, "score") for name in names]
+    assert sample("flint:encoder_requests_total", RERANKER, "rerank") >= 0  # every route's series from the start
+    tokens = client.post("/v1/score", json={"model": RERANKER, "text_1": QUERY, "text_2": DOCUMENTS[:2]}).json()
+    after = [sample(name, RERANKER, "score") for name in names]
+    assert [b - a for a, b in zip(before, after)] == [1, tokens["usage"]["prompt_tokens"], 1]

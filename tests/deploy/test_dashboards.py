@@ -27,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from promql_reads import Selector, counter_arguments, groupings, parse, result_labels, selectors
 from tiny_models import tiny_checkpoint
 
+from tests.engine.bert_reference import write_sentence_transformer
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "flint.json"
 RULES = ROOT / "deploy" / "prometheus" / "flint-rules.yaml"
@@ -74,8 +76,9 @@ def exported_by(text: str) -> Exported:
     return found
 
 
-def tiny_app(tokenizer):
-    """An app serving the tiny random model, as tests/api/conftest.py's tiny_app_factory makes."""
+def tiny_app(tokenizer, embedder: Path):
+    """An app serving the tiny random model, as tests/api/conftest.py's tiny_app_factory makes,
+    and the tiny embedder in `embedder` beside it (the encoder metrics' series)."""
     from api.server.app import create_app  # here: the app brings in the engine (jax)
     from api.server.settings import Settings
     from engine.engine import Engine
@@ -87,18 +90,22 @@ def tiny_app(tokenizer):
         engine.runner.warmup()
         return engine
 
-    return create_app(Settings(engine=ONE_BUCKET_ENGINE), engine_factory=engine_factory)
+    return create_app(Settings(engine=ONE_BUCKET_ENGINE, embedding_models=(str(embedder),)), engine_factory=engine_factory)
 
 
 @pytest.fixture(scope="module")
-def exported(smollm2_tokenizer) -> Exported:
+def exported(smollm2_tokenizer, tmp_path_factory) -> Exported:
     """A live server's /metrics, after two completions of one prompt (so the histograms and
-    the prefix cache have counted something)."""
-    with live_app(tiny_app(smollm2_tokenizer)) as base_url:
+    the prefix cache have counted something) and an embedding."""
+    embedder = tmp_path_factory.mktemp("encoders") / "tiny-embedder"
+    write_sentence_transformer(embedder)
+    with live_app(tiny_app(smollm2_tokenizer, embedder)) as base_url:
         for _ in range(2):
             response = httpx.post(f"{base_url}/v1/completions", timeout=120,
                                   json={"prompt": "Watch the dashboards", "max_tokens": 4, "ignore_eos": True})
             assert response.status_code == 200, response.text
+        response = httpx.post(f"{base_url}/v1/embeddings", timeout=120, json={"model": embedder.name, "input": "a"})
+        assert response.status_code == 200, response.text
         scrape = httpx.get(f"{base_url}/metrics", timeout=30)
     assert scrape.status_code == 200
     return exported_by(scrape.text)

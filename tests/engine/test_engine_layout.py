@@ -12,8 +12,9 @@ import sys
 
 from tools.import_graph import ROOT, import_edges, package_modules
 
-ROOT_MODULES = {"engine", "engine.config", "engine.engine", "engine.async_engine", "engine.rows",
-                "engine.verification"}
+# async_encoder: the encoders' counterpart of async_engine (a thread serving many requests).
+ROOT_MODULES = {"engine", "engine.config", "engine.engine", "engine.async_engine", "engine.async_encoder",
+                "engine.rows", "engine.verification"}
 FOLDERS = {"host", "text", "device", "models", "sampling", "loader"}
 
 
