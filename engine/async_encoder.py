@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.device.encoder_runner import EncoderInput, EncoderRunner, InputTooLong
+from engine.device.encoder_runner import EncoderInput, EncoderRunner, check_lengths
 from engine.loader.sentence_transformers import EncoderCheckpoint
 
 # Inputs one batch takes at most: more wait for the next (the runner cuts a batch into its
@@ -59,9 +59,7 @@ class AsyncEncoder:
     async def run(self, inputs: list[EncoderInput]) -> np.ndarray:
         """Each input's vector or score, run with whatever else is queued; InputTooLong first
         for one past the model's limit (its index is in `inputs`)."""
-        for index, item in enumerate(inputs):
-            if len(item.ids) > self.checkpoint.max_tokens:
-                raise InputTooLong(index, len(item.ids), self.checkpoint.max_tokens)
+        check_lengths(inputs, self.checkpoint.max_tokens)  # here, so the index is the caller's
         loop = asyncio.get_running_loop()
         pending = Pending(inputs, loop.create_future(), loop)
         with self._ready:

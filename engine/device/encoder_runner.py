@@ -47,6 +47,13 @@ class InputTooLong(ValueError):
         self.index, self.num_tokens, self.limit = index, num_tokens, limit
 
 
+def check_lengths(inputs: list[EncoderInput], limit: int) -> None:
+    """InputTooLong for the first of `inputs` past `limit` tokens."""
+    for index, item in enumerate(inputs):
+        if len(item.ids) > limit:
+            raise InputTooLong(index, len(item.ids), limit)
+
+
 def token_buckets(max_tokens: int) -> tuple[int, ...]:
     """Powers of two from MIN_TOKENS and the halfway steps between them past 64 (96, 192,
     ...: a text pads by at most a third), and `max_tokens` itself last."""
@@ -89,9 +96,7 @@ class EncoderRunner:
     def run(self, inputs: list[EncoderInput]) -> np.ndarray:
         """Each input's vector (an embedder) or score (a cross-encoder), in order; InputTooLong
         for the first input past the model's limit."""
-        for index, item in enumerate(inputs):
-            if len(item.ids) > self.checkpoint.max_tokens:
-                raise InputTooLong(index, len(item.ids), self.checkpoint.max_tokens)
+        check_lengths(inputs, self.checkpoint.max_tokens)
         order = sorted(range(len(inputs)), key=lambda index: len(inputs[index].ids))
         results: list[np.ndarray | None] = [None] * len(inputs)
         for chunk in self._chunks([len(inputs[index].ids) for index in order]):
