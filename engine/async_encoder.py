@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.device.encoder_runner import EncoderInput, EncoderRunner, check_lengths
-from engine.loader.sentence_transformers import EncoderCheckpoint
+from engine.device.encoder_runner import ROW_BUCKETS, EncoderInput, EncoderRunner, check_lengths
+from engine.loader.encoder_checkpoint import EncoderCheckpoint
 
 # Inputs one batch takes at most: more wait for the next (the runner cuts a batch into its
 # row buckets' chunks either way; this bounds what one request's answer waits behind).
@@ -43,9 +43,9 @@ class AsyncEncoder:
     _thread: threading.Thread | None = None
 
     @classmethod
-    def started(cls, checkpoint: EncoderCheckpoint) -> AsyncEncoder:
-        """The encoder's runner compiled (every bucket) and its thread running."""
-        runner = EncoderRunner(checkpoint)
+    def started(cls, checkpoint: EncoderCheckpoint, row_buckets: tuple[int, ...] = ROW_BUCKETS) -> AsyncEncoder:
+        """The encoder's runner compiled (every bucket of `row_buckets` texts) and its thread running."""
+        runner = EncoderRunner(checkpoint, row_buckets)
         runner.warmup()
         encoder = cls(checkpoint, runner)
         encoder._thread = threading.Thread(target=encoder._serve, name=f"flint-encoder-{checkpoint.id}", daemon=True)

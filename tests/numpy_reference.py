@@ -76,6 +76,12 @@ def dense_mlp(config, layers, i, h):
 def forward(config, params, token_ids, mlp=dense_mlp):
     """Logits [seq, vocab] for every position of one sequence; `mlp(config, layers, i, h)`
     is layer i's MLP of the normed h."""
+    head = params["lm_head"] if "lm_head" in params else params["embed"]
+    return final_hidden(config, params, token_ids, mlp) @ head.T
+
+
+def final_hidden(config, params, token_ids, mlp=dense_mlp):
+    """The final norm's output [seq, hidden] at every position of one sequence."""
     layers = params["layers"]
     positions = np.arange(len(token_ids), dtype=np.float64)
     inv_freq = inverse_frequencies(config, params.get("rope_freq_factors"))
@@ -96,9 +102,7 @@ def forward(config, params, token_ids, mlp=dense_mlp):
         window = config.layer_windows[i] if config.layer_windows else 0
         x = x + attention(q, k, v, window).reshape(seq, -1) @ layers["wo"][i].T
         x = x + mlp(config, layers, i, rms_norm(x, layers["mlp_norm"][i], config.rms_norm_eps))
-    x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
-    head = params["lm_head"] if "lm_head" in params else params["embed"]
-    return x @ head.T
+    return rms_norm(x, params["final_norm"], config.rms_norm_eps)
 
 
 def greedy(config, params, prompt_ids, num_tokens):

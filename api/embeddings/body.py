@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from api.core.errors import invalid
 from api.core.limits import check_list
 from engine.device.encoder_runner import EncoderInput
-from engine.loader.sentence_transformers import EncoderCheckpoint
+from engine.loader.encoder_checkpoint import EncoderCheckpoint
 from generated.flint import EmbeddingRequest, RerankRequest, ScoreRequest
 
 MAX_INPUTS = 2048
@@ -99,16 +99,16 @@ def score_pairs(request: ScoreRequest) -> list[tuple[str, str]]:
 
 def pair_inputs(pairs: list[tuple[str, str]], checkpoint: EncoderCheckpoint, field: str,
                 limit: int | None = None, per_document: int | None = None) -> list[EncoderInput]:
-    """A cross-encoder's inputs: each pair in one input, its second text cut to `per_document`
+    """A reranker's inputs: each pair in one input (as the checkpoint joins them), its second text cut to `per_document`
     tokens, and then to what `limit` leaves of the pair, where given; a pair past the
     model's limit is a 400 naming `field[index]`."""
-    tokenizer, inputs = checkpoint.tokenizer, []
+    inputs = []
     for index, (first, second) in enumerate(pairs):
         room = per_document
         if limit is not None:
-            left = limit - len(tokenizer.encode_pair(first, "")[0])
+            left = limit - len(checkpoint.encode_pair(first, "")[0])
             room = left if room is None else min(room, left)
-        ids, types = tokenizer.encode_pair(first, second, room)
+        ids, types = checkpoint.encode_pair(first, second, room)
         inputs.append(within_limit(EncoderInput(ids, types), f"{field}[{index}]", checkpoint))
     return inputs
 

@@ -7,8 +7,9 @@ import argparse
 import logging
 
 from engine.async_encoder import AsyncEncoder
-from engine.loader.sentence_transformers import (EMBEDDED_EMBEDDER_ID, EncoderCheckpoint, embedded_embedder_path,
-                                                 load_encoder)
+from engine.device.encoder_runner import ROW_BUCKETS
+from engine.loader.encoder_checkpoint import EncoderCheckpoint
+from engine.loader.sentence_transformers import EMBEDDED_EMBEDDER_ID, embedded_embedder_path, load_encoder
 
 log = logging.getLogger("flint")
 DEFAULT = "default"  # --embedding-model default: the embedded all-MiniLM-L6-v2
@@ -16,22 +17,24 @@ DEFAULT = "default"  # --embedding-model default: the embedded all-MiniLM-L6-v2
 
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedding-model", metavar="MODEL", action="append", default=[],
-                        help="also serve an embedder or a reranker from a sentence-transformers folder or zip "
-                             "(/v1/embeddings, /v1/rerank, /v1/score), by its folder's name; 'default': the "
+                        help="also serve an embedder or a reranker (/v1/embeddings, /v1/rerank, /v1/score), by its "
+                             "folder's name: a BERT sentence-transformers folder or zip, or a Hugging Face decoder "
+                             "folder of a served family (last-token pooling, as Qwen3-Embedding); 'default': the "
                              f"embedded {EMBEDDED_EMBEDDER_ID} (repeatable)")
     parser.add_argument("--rerank-model", metavar="PATH", action="append", default=[],
-                        help="also serve a cross-encoder reranker (/v1/rerank, /v1/score) from a "
-                             "sentence-transformers folder or zip (repeatable)")
+                        help="also serve a reranker (/v1/rerank, /v1/score): a BERT cross-encoder's "
+                             "sentence-transformers folder or zip, or a Hugging Face decoder folder read as a "
+                             "yes/no reranker, as Qwen3-Reranker (repeatable)")
 
 
-def encoder_checkpoint(model: str) -> EncoderCheckpoint:
+def encoder_checkpoint(model: str, task: str | None = None) -> EncoderCheckpoint:
     if model == DEFAULT:
         return load_encoder(embedded_embedder_path(), EMBEDDED_EMBEDDER_ID)
-    return load_encoder(model)
+    return load_encoder(model, task=task)
 
 
 def load_encoders(embedding_models: tuple[str, ...], rerank_models: tuple[str, ...],
-                  taken_ids: set[str]) -> dict[str, AsyncEncoder]:
+                  taken_ids: set[str], row_buckets: tuple[int, ...] = ROW_BUCKETS) -> dict[str, AsyncEncoder]:
     """Each named encoder loaded, compiled and running, by id; ValueError naming the flag of
     one that cannot be (not found, not run, a reranker expected, an id already served)."""
     encoders: dict[str, AsyncEncoder] = {}
@@ -40,7 +43,7 @@ def load_encoders(embedding_models: tuple[str, ...], rerank_models: tuple[str, .
     try:
         for flag, model in flagged:
             checkpoint = checked(flag, model, taken_ids | set(encoders))
-            encoders[checkpoint.id] = AsyncEncoder.started(checkpoint)
+            encoders[checkpoint.id] = AsyncEncoder.started(checkpoint, row_buckets)
             log.info("%s %s: %s served (%s), %d buckets compiled", flag, model, checkpoint.id, checkpoint.task,
                      len(encoders[checkpoint.id].runner.compiled))
     except Exception:
@@ -51,11 +54,11 @@ def load_encoders(embedding_models: tuple[str, ...], rerank_models: tuple[str, .
 
 def checked(flag: str, model: str, taken_ids: set[str]) -> EncoderCheckpoint:
     try:
-        checkpoint = encoder_checkpoint(model)
+        checkpoint = encoder_checkpoint(model, "rerank" if flag == "--rerank-model" else None)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"{flag} {model}: {error}") from None
     if flag == "--rerank-model" and checkpoint.task != "rerank":
-        raise ValueError(f"{flag} {model}: an embedder, not a cross-encoder reranker (--embedding-model serves it)")
+        raise ValueError(f"{flag} {model}: an embedder, not a reranker (--embedding-model serves it)")
     if checkpoint.id in taken_ids:
         raise ValueError(f"{flag} {model}: the id {checkpoint.id!r} is already served")
     return checkpoint

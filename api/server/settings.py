@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.config import EngineConfig
+from engine.device.encoder_runner import ROW_BUCKETS
 from engine.device.multihost import Topology
 
 MIB = 1024 * 1024
@@ -86,6 +87,9 @@ class Settings:
     # ("default": the embedded all-MiniLM-L6-v2, or a path) and `--rerank-model` (a path).
     embedding_models: tuple[str, ...] = ()
     rerank_models: tuple[str, ...] = ()
+    # The batch sizes each encoder compiles (engine/device/encoder_runner.py); fewer compile
+    # sooner (the tests' servers) and pad a mid-sized batch more.
+    encoder_row_buckets: tuple[int, ...] = ROW_BUCKETS
 
     @property
     def valid_api_keys(self) -> tuple[str, ...]:

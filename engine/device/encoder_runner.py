@@ -1,12 +1,13 @@
-"""An encoder (engine/models/bert.py) run on batches of bucketed shapes: every (texts, tokens)
+"""An encoder (engine/models/bert.py, or a decoder run as one, decoder_encoder.py; the
+checkpoint's `forward`) run on batches of bucketed shapes: every (texts, tokens)
 shape is compiled by `warmup`, and a batch only ever calls one of those executables, so no
 request compiles anything (a shape that was not compiled is an error, as for the decoder's
 buckets, engine/device/runner.py).
 
 A batch of any size is cut into calls of its texts sorted by length, each call the row
 bucket that pads least for the texts it takes (`_chunks`) and the shortest token bucket its
-longest text fits; the results come back in the inputs' order. An embedder's result is each text's pooled vector
-([texts, hidden]); a cross-encoder's, each pair's score ([texts]).
+longest text fits; the results come back in the inputs' order. An embedder's result is each text's
+pooled vector ([texts, hidden]); a reranker's, each pair's score ([texts]).
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.models.bert import classify, encode, relevance
-from engine.models.pooling import pool
-
 if TYPE_CHECKING:
-    from engine.loader.sentence_transformers import EncoderCheckpoint
+    from engine.loader.encoder_checkpoint import EncoderCheckpoint
 
 ROW_BUCKETS = (1, 8, 32)
 MIN_TOKENS = 16
 # A call's fixed cost, in padded tokens' worth (a dispatch and a copy back, ~1 ms on a CPU,
 # against ~0.2 ms a token-row of all-MiniLM-L6-v2): more rows a call must save at least this.
 CALL_COST = 64
+# The most padded tokens one call takes (rows x tokens): a long token bucket is compiled for
+# fewer rows, down to one (a decoder's texts reach 2,048 tokens, engine/loader/decoder_encoder.py).
+MAX_CALL_TOKENS = 32 * 256
 
 
 @dataclass(frozen=True)
@@ -70,28 +71,30 @@ class EncoderRunner:
     def __init__(self, checkpoint: EncoderCheckpoint, row_buckets: tuple[int, ...] = ROW_BUCKETS):
         self.checkpoint = checkpoint
         self.row_buckets = tuple(sorted(row_buckets))
-        self.token_buckets = token_buckets(checkpoint.max_tokens)
+        # Past the shortest input: a reranker's prompt fills the small buckets on its own.
+        shortest = checkpoint.shortest_input
+        self.token_buckets = tuple(bucket for bucket in token_buckets(checkpoint.max_tokens) if bucket >= shortest)
+        if not self.token_buckets:
+            raise ValueError(f"{checkpoint.id}: its prompt alone has {shortest} tokens, past its limit of "
+                             f"{checkpoint.max_tokens}")
         self.weights = jax.device_put(checkpoint.weights)
         self.compiled: dict[tuple[int, int], jax.stages.Compiled] = {}
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
-        return [(rows, tokens) for rows in self.row_buckets for tokens in self.token_buckets]
+        return [(rows, tokens) for rows in self.row_buckets for tokens in self.token_buckets
+                if self.fits(rows, tokens)]
+
+    def fits(self, rows: int, tokens: int) -> bool:
+        return rows == self.row_buckets[0] or rows * tokens <= MAX_CALL_TOKENS
 
     def warmup(self) -> None:
         """Compile every (rows, tokens) bucket."""
-        program = jax.jit(self._forward)
+        program = jax.jit(self.checkpoint.forward)
         for rows, tokens in self.shapes:
             matrix = jax.ShapeDtypeStruct((rows, tokens), jnp.int32)
             self.compiled[rows, tokens] = program.lower(
                 self.weights, matrix, matrix, jax.ShapeDtypeStruct((rows,), jnp.int32)).compile()
-
-    def _forward(self, weights, ids, types, lengths):
-        checkpoint = self.checkpoint
-        states = encode(weights, checkpoint.config, ids, types, lengths)
-        if checkpoint.activation is not None:
-            return relevance(classify(weights, states), checkpoint.activation)
-        return pool(states, lengths, checkpoint.pooling)
 
     def run(self, inputs: list[EncoderInput]) -> np.ndarray:
         """Each input's vector (an embedder) or score (a cross-encoder), in order; InputTooLong
@@ -104,21 +107,22 @@ class EncoderRunner:
             for index, result in zip(indices, self._run_chunk([inputs[index] for index in indices])):
                 results[index] = result
         if not results:
-            width = () if self.checkpoint.activation is not None else (self.checkpoint.config.hidden_size,)
+            width = () if self.checkpoint.task == "rerank" else (self.checkpoint.config.hidden_size,)
             return np.zeros((0, *width), np.float32)
         return np.stack(results)
 
     def _chunks(self, lengths: list[int]) -> list[slice]:
         """Sorted inputs (their `lengths`, ascending) cut into calls: from the shortest left,
         each call takes the row bucket whose padded shape costs least per input it serves
-        (rows x tokens, plus CALL_COST for the call), so short and long texts do not pad to
+        (rows x tokens, plus CALL_COST for the call; a shape past MAX_CALL_TOKENS is not
+        compiled), so short and long texts do not pad to
         one shape and a few long ones do not drag a whole chunk to their bucket."""
         chunks, start = [], 0
         while start < len(lengths):
             def cost(rows: int) -> float:
                 taken = min(rows, len(lengths) - start)
                 tokens = self.bucket_for(lengths[start + taken - 1])
-                return (rows * tokens + CALL_COST) / taken
+                return (rows * tokens + CALL_COST) / taken if self.fits(rows, tokens) else float("inf")
 
             rows = min(self.row_buckets, key=cost)
             chunks.append(slice(start, start + rows))

@@ -86,6 +86,8 @@ def load_hf_params(directory: str | Path, config: ModelConfig, progress: Progres
     """The float32 weights pytree (engine/models/params.py layout) from `directory`'s
     safetensors; `progress` is told each tensor read (engine/loader/progress.py)."""
     files = _tensor_files(Path(directory))
+    prefix = bare_model_prefix(files)
+    files = {prefix + name: path for name, path in files.items()}
     scheme = scheme_of(directory)
     _refuse_unused(files, config, scheme)
     # Out of every tensor in the files: a tied checkpoint's copy of the embedding and the
@@ -93,7 +95,7 @@ def load_hf_params(directory: str | Path, config: ModelConfig, progress: Progres
     count = StageCount(progress, WEIGHTS, len(files))
     views = {}
     for path in set(files.values()):
-        views.update(mapped_tensors(path)[1])
+        views.update({prefix + name: view for name, view in mapped_tensors(path)[1].items()})
 
     def tensor(name: str) -> np.ndarray:
         if name not in views:
@@ -118,6 +120,12 @@ def _read_params(read, config: ModelConfig) -> dict:
     params = {name: read(names.top[name]) for name in specs if name != "layers"}
     params["layers"] = {name: names.stacked(read, name, config) for name in specs["layers"]}
     return params
+
+
+def bare_model_prefix(files: dict[str, Path]) -> str:
+    """"model." where the tensors are named as the bare model saves them (Qwen3Model, an
+    embedder's checkpoint: `embed_tokens.weight`, `layers.0....`), for the causal LM's names."""
+    return "model." if "embed_tokens.weight" in files and "model.embed_tokens.weight" not in files else ""
 
 
 def _refuse_unused(files: dict[str, Path], config: ModelConfig, scheme: Fp8Scheme | None) -> None:

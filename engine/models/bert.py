@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.models.pooling import Pooling, pool
+
 HF_ARCHITECTURES = ("BertModel", "BertForSequenceClassification")
 PREFIX = "bert."  # BertForSequenceClassification's encoder tensors
 
@@ -136,6 +138,18 @@ def encode(weights: dict, config: BertConfig, token_ids: jax.Array, token_types:
 
     x, _ = jax.lax.scan(layer, x, weights["layers"])
     return x
+
+
+def bert_forward(config: BertConfig, pooling: Pooling | None = None, activation: str | None = None):
+    """The forward (weights, ids, types, lengths) of an embedder (each text pooled by
+    `pooling`) or a cross-encoder (each pair scored through `activation`)."""
+    def forward(weights: dict, ids: jax.Array, types: jax.Array, lengths: jax.Array) -> jax.Array:
+        states = encode(weights, config, ids, types, lengths)
+        if activation is not None:
+            return relevance(classify(weights, states), activation)
+        return pool(states, lengths, pooling)
+
+    return forward
 
 
 def classify(weights: dict, states: jax.Array) -> jax.Array:

@@ -1,8 +1,9 @@
 """/v1/embeddings, /v1/rerank and /v1/score (api/embeddings/) through the real clients (the
 `openai` SDK, LangChain's OpenAIEmbeddings, the `cohere` SDK) and raw HTTP, against the
-independent NumPy forward (tests/engine/bert_reference.py) of tiny random encoders served
-beside the tiny chat model: an embedder, an embedder trained for Matryoshka widths, and a
-cross-encoder reranker."""
+independent NumPy forwards (tests/engine/bert_reference.py, tests/numpy_reference.py) of
+tiny random encoders served beside the tiny chat model: an embedder, an embedder trained for
+Matryoshka widths, a cross-encoder reranker, and decoders shaped as Qwen3-Embedding and
+Qwen3-Reranker."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ from api.server.settings import Settings
 from engine.loader.sentence_transformers import load_encoder
 from tests.engine.bert_reference import (bert_states, cross_encoder_score, pooled, write_cross_encoder,
                                          write_sentence_transformer)
+from tests.engine.decoder_encoder_files import (reference_embedding, reference_relevance, write_decoder_embedder,
+                                                write_decoder_reranker)
 
 EMBEDDER, MATRYOSHKA, RERANKER = "tiny-embedder", "tiny-matryoshka", "tiny-reranker"
+DECODER_EMBEDDER, DECODER_RERANKER = "tiny-qwen3-embedding", "tiny-qwen3-reranker"
 TEXTS = ["the cat sat on the mat.", "a big red dog ran fast", "", "birds sang, the dog ran."]
 QUERY = "the dog ran"
 DOCUMENTS = ["a big dog ran fast.", "the red bird sang", "the cat sat on the mat", "dogs ran, birds sang.", "slow"]
@@ -42,9 +46,20 @@ def encoders(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(encoders, tiny_app_factory):
-    settings = Settings(engine=ONE_BUCKET_ENGINE, embedding_models=(str(encoders[EMBEDDER][0]), str(encoders[MATRYOSHKA][0])),
-                        rerank_models=(str(encoders[RERANKER][0]),))
+def decoders(tmp_path_factory):
+    """Each tiny decoder encoder's folder, config, weights and tokenizer."""
+    root = tmp_path_factory.mktemp("decoders")
+    return {DECODER_EMBEDDER: (root / DECODER_EMBEDDER, *write_decoder_embedder(root / DECODER_EMBEDDER, seed=6)),
+            DECODER_RERANKER: (root / DECODER_RERANKER, *write_decoder_reranker(root / DECODER_RERANKER, seed=7))}
+
+
+@pytest.fixture(scope="module")
+def client(encoders, decoders, tiny_app_factory):
+    # Two batch sizes rather than three: a third fewer programs compiled at start.
+    settings = Settings(engine=ONE_BUCKET_ENGINE, encoder_row_buckets=(1, 8),
+                        embedding_models=(str(encoders[EMBEDDER][0]), str(encoders[MATRYOSHKA][0]),
+                                          str(decoders[DECODER_EMBEDDER][0])),
+                        rerank_models=(str(encoders[RERANKER][0]), str(decoders[DECODER_RERANKER][0])))
     with TestClient(app=tiny_app_factory(settings)) as client:
         wait_until_serving(client)
         yield client
@@ -161,6 +176,25 @@ def test_rerank_orders_as_the_reference_cross_encoder(client, encoders):
     assert [result.index for result in reply.results] == list(np.argsort(-want)[:3])
 
 
+def test_decoders_embed_and_rerank_as_their_references(client, sdk, decoders):
+    """A Qwen3-Embedding-shaped embedder through the openai SDK, and a Qwen3-Reranker-shaped
+    yes/no reranker through /v1/rerank and the cohere SDK."""
+    _, config, params, tokenizer = decoders[DECODER_EMBEDDER]
+    want = np.stack([reference_embedding(config, params, tokenizer.encode(text).ids) for text in TEXTS])
+    got = sdk.embeddings.create(model=DECODER_EMBEDDER, input=TEXTS)
+    np.testing.assert_allclose([item.embedding for item in got.data], want, rtol=1e-4, atol=1e-5)
+    _, config, params, tokenizer = decoders[DECODER_RERANKER]
+    scores = np.array([reference_relevance(config, params, tokenizer, QUERY, document) for document in DOCUMENTS])
+    results = client.post("/v1/rerank", json={"model": DECODER_RERANKER, "query": QUERY,
+                                              "documents": DOCUMENTS}).json()["results"]
+    assert [result["index"] for result in results] == list(np.argsort(-scores)) and np.ptp(scores) > 1e-3
+    np.testing.assert_allclose([result["relevance_score"] for result in results], np.sort(scores)[::-1],
+                               rtol=1e-4, atol=1e-6)
+    co = cohere.ClientV2(api_key="unused", base_url=str(client.base_url), httpx_client=client)
+    reply = co.rerank(model=DECODER_RERANKER, query=QUERY, documents=DOCUMENTS, top_n=2)
+    assert [result.index for result in reply.results] == list(np.argsort(-scores)[:2])
+
+
 def test_top_n_keeps_the_best_and_refuses_zero(client, encoders):
     order = list(np.argsort(-reference_scores(encoders, QUERY, DOCUMENTS)))
     body = {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS}
@@ -215,7 +249,7 @@ def test_bad_input_is_a_4xx_naming_the_field_and_the_server_serves_on(client, pa
 def test_models_lists_what_each_model_does(client):
     tasks = {model["id"]: model["task"] for model in client.get("/v1/models").json()["data"]}
     assert tasks == {client.app.state.server.model.id: "generate", EMBEDDER: "embed", MATRYOSHKA: "embed",
-                     RERANKER: "rerank"}
+                     RERANKER: "rerank", DECODER_EMBEDDER: "embed", DECODER_RERANKER: "rerank"}
 
 
 def test_langchain_embeds_documents_and_queries(client, encoders):
