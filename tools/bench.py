@@ -21,7 +21,9 @@
                                        base alone, in the engine
     python tools/bench.py embed        embeddings per second of the embedded all-MiniLM-L6-v2
                                        at batches of 1, 32 and 256 sentences, against
-                                       sentence-transformers on torch's CPU (--peer-python)
+                                       sentence-transformers on torch's CPU (--peer-python),
+                                       and with --servers `flint serve` against llama-server
+                                       --embedding through HTTP
 
 The roofline is measured in the same run as any figure it is compared with: a 2-core CI
 machine and an H100 differ by three orders of magnitude, so no constant would do.

@@ -1,6 +1,6 @@
 """Embeddings per second: Flint's encoder against sentence-transformers on torch's CPU (issue 48).
 
-    python tools/bench.py embed [--model default|PATH] [--batches 1 32 256] [--peer-python PY]
+    python tools/bench.py embed [--model default|PATH] [--batches 1 32 256] [--peer-python PY] [--servers]
 
 For each batch size B, B sentences of 32 to 256 tokens (common words, their token counts
 spread evenly over the range, the same sentences for both) are embedded `--repeats` times
@@ -10,6 +10,8 @@ HTTP; sentence-transformers runs `SentenceTransformer.encode(sentences, batch_si
 process of `--peer-python` (a Python with sentence-transformers and torch: they are no
 dependency of Flint's), with torch's threads at the machine's cores. Both sides' vectors of
 the first batch are compared (the least cosine is printed), so the two computed the same thing.
+With `--servers`, Flint's server is also measured against llama.cpp's llama-server through
+HTTP (tools/bench_embed_servers.py).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_embed_servers import print_server_table, server_rates  # noqa: E402
 from engine.device.encoder_runner import EncoderInput, EncoderRunner  # noqa: E402
 from engine.loader.sentence_transformers import EMBEDDED_EMBEDDER_ID, embedded_embedder_path, load_encoder  # noqa: E402
+from llama_server import converted_gguf  # noqa: E402
 
 WORDS = ("the of and to in is was for on that with as by at from it his an were are which this be or has had "
          "not but first one their its new after who they have her she two been other when there all during into "
@@ -86,15 +90,19 @@ def flint_rates(runner: EncoderRunner, batches: dict[int, list[str]], repeats: i
     return best, first
 
 
+def checkpoint_folder(model_path: Path, scratch: Path) -> Path:
+    """The checkpoint's folder: `model_path`, or its zip extracted into `scratch`."""
+    if not model_path.is_file():
+        return model_path
+    with zipfile.ZipFile(model_path) as archive:
+        archive.extractall(scratch / "model")
+    return scratch / "model"
+
+
 def peer_rates(python: str, model_path: Path, batches: dict[int, list[str]], repeats: int) -> dict:
     """sentence-transformers' times in a process of `python`, on the checkpoint extracted from its zip."""
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch) / "model"
-        if model_path.is_file():
-            with zipfile.ZipFile(model_path) as archive:
-                archive.extractall(folder)
-        else:
-            folder = model_path
+        folder = checkpoint_folder(model_path, Path(scratch))
         batches_file = Path(scratch) / "batches.json"
         batches_file.write_text(json.dumps({str(size): texts for size, texts in batches.items()}))
         done = subprocess.run([python, "-c", PEER, str(folder), str(batches_file), str(repeats)], check=True,
@@ -110,6 +118,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peer-python", default=None, help="a Python with sentence-transformers and torch "
                         "(default: none, Flint alone)")
+    parser.add_argument("--servers", action="store_true", help="also Flint's server against llama-server "
+                        "--embedding through HTTP (needs --peer-python for llama.cpp's converter)")
 
 
 def embed_benchmark(args: argparse.Namespace) -> int:
@@ -135,4 +145,9 @@ def embed_benchmark(args: argparse.Namespace) -> int:
         theirs = np.asarray(peer["first"])
         cosines = (flint_first * theirs).sum(1) / np.linalg.norm(flint_first, axis=1) / np.linalg.norm(theirs, axis=1)
         print(f"torch {peer['torch']}; least cosine between the two sides' vectors: {cosines.min():.6f}")
+    if args.servers:
+        with tempfile.TemporaryDirectory() as scratch:
+            gguf = converted_gguf(checkpoint_folder(path, Path(scratch)), checkpoint.id, args.peer_python)
+        results = server_rates(args.model, checkpoint.id, gguf, checkpoint.pooling.mode, batches, args.repeats, high)
+        print_server_table(args.batches, results)
     return 0

@@ -55,18 +55,41 @@ def build_commands(source: Path, cores: int) -> list[list[str]]:
             ["cmake", "--build", str(source / "build"), "--target", "llama-server", "-j", str(cores)]]
 
 
+def llama_cpp_source(scratch: str | Path) -> Path:
+    """llama.cpp as the pinned llama-cpp-python sdist vendors it, downloaded through pip (the
+    ordinary registry client) and extracted into `scratch`."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                    f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(scratch)], check=True)
+    archive = next(Path(scratch).glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        tar.extractall(scratch, filter="data")
+    return next(Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp"))
+
+
 def build_llama_server(destination: Path) -> None:
-    """Download the sdist through pip (the ordinary registry client), build, install."""
+    """Download the sdist, build, install."""
     with tempfile.TemporaryDirectory(prefix="flint-llama-") as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", scratch], check=True)
-        archive = next(Path(scratch).glob("llama_cpp_python-*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            tar.extractall(scratch, filter="data")
-        source = next(Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        source = llama_cpp_source(scratch)
         for command in build_commands(source, usable_cores()):
             subprocess.run(command, check=True)
         install_llama_server(source / "build" / "bin" / "llama-server", destination)
+
+
+def converted_gguf(model_folder: Path, name: str, python: str) -> Path:
+    """`model_folder` (a Hugging Face checkpoint) as a float32 GGUF by llama.cpp's own
+    converter from the same sdist, run by `python` (it needs torch and transformers, which
+    Flint does not); cached beside llama-server under `name`."""
+    destination = cached_llama_server().parent / "gguf" / f"{name}-f32.gguf"
+    if destination.is_file():
+        return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    with tempfile.TemporaryDirectory(prefix="flint-llama-") as scratch:
+        source = llama_cpp_source(scratch)
+        subprocess.run([python, str(source / "convert_hf_to_gguf.py"), str(model_folder), "--outfile", str(partial),
+                        "--outtype", "f32"], check=True, env={**os.environ, "PYTHONPATH": str(source / "gguf-py")})
+    partial.rename(destination)
+    return destination
 
 
 def install_llama_server(built: Path, destination: Path) -> None:

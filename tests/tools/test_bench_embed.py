@@ -3,6 +3,7 @@ Flint's side runs on a tiny embedder (sentence-transformers, the peer, is no dep
 
 from __future__ import annotations
 
+import numpy as np
 from tools import bench, bench_embed
 
 from engine.loader.sentence_transformers import load_encoder
@@ -23,3 +24,25 @@ def test_flint_alone_prints_a_rate_per_batch(tmp_path, capsys):
     printed = capsys.readouterr().out
     rows = [line for line in printed.splitlines() if line.startswith("| 1 |") or line.startswith("| 4 |")]
     assert len(rows) == 2 and all(float(row.split("|")[2]) > 0 for row in rows)
+
+
+def test_the_server_table_compares_rates_and_vectors(capsys):
+    from tools import bench_embed_servers
+
+    vectors = np.eye(2, 4)
+    results = {"Flint": ({1: 0.5, 8: 1.0}, vectors), "llama-server": ({1: 1.0, 8: 2.0}, vectors * 3),
+               "version": "version: 1 (abc)"}
+    bench_embed_servers.print_server_table([1, 8], results)
+    printed = capsys.readouterr().out
+    assert "| 1 | 2.0 | 1.0 | 2.00x |" in printed and "| 8 | 8.0 | 4.0 | 2.00x |" in printed
+    assert "least cosine between the two servers' vectors: 1.000000" in printed
+
+
+def test_llama_server_gets_whole_sentences_in_a_physical_batch(tmp_path):
+    from tools import bench_embed_servers
+
+    command = bench_embed_servers.llama_command(tmp_path / "llama-server", tmp_path / "m.gguf", 1, 32, 600, "mean")
+    def flags(name: str) -> str:
+        return command[command.index(name) + 1]
+
+    assert flags("-ub") == flags("-b") == "1024" and int(flags("-c")) >= 32 * 600 and flags("--pooling") == "mean"
