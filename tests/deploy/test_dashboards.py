@@ -90,7 +90,9 @@ def tiny_app(tokenizer, embedder: Path):
         engine.runner.warmup()
         return engine
 
-    return create_app(Settings(engine=ONE_BUCKET_ENGINE, embedding_models=(str(embedder),)), engine_factory=engine_factory)
+    # One batch size: the panels read the encoder's metrics, whatever it compiled.
+    return create_app(Settings(engine=ONE_BUCKET_ENGINE, embedding_models=(str(embedder),), encoder_row_buckets=(8,)),
+                      engine_factory=engine_factory)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ Each test leaves a screenshot of the page in its temporary directory."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,9 @@ PERSON_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["
                  "properties": {"name": {"type": "string", "maxLength": 24},
                                 "age": {"type": "integer", "minimum": 0, "maximum": 150}}}
 RIGHT_KEY = "sk-right-key"
+# The tiny servers answer a message or two each: compiled quickly (about half the compile),
+# their slower steps are not felt (tests/engine/conftest.py tiny_engine_factory).
+QUICK_ENGINE = dataclasses.replace(TINY_ENGINE, optimize_compiled_code=False)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +170,7 @@ def tiny_server(checkpoint, tokenizer, settings: Settings) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def keyed_server(smollm2_tokenizer, tmp_path_factory):
     """A server with an API key, on a tiny random model: the key is checked before any model runs."""
-    settings = Settings(engine=TINY_ENGINE, api_key=RIGHT_KEY, data_dir=str(tmp_path_factory.mktemp("keyed")))
+    settings = Settings(engine=QUICK_ENGINE, api_key=RIGHT_KEY, data_dir=str(tmp_path_factory.mktemp("keyed")))
     with tiny_server(tiny_checkpoint(smollm2_tokenizer.vocab_size), smollm2_tokenizer, settings) as base_url:
         yield base_url
 
@@ -175,7 +180,7 @@ def reasoning_server(tmp_path_factory):
     """A tiny reasoning model whose template opens the thinking section (DeepSeek-R1's way):
     being random, it stays there, so its replies are all thinking."""
     tokenizer = qwen3_tokenizer(chat_template=R1_STYLE_TEMPLATE)
-    settings = Settings(engine=TINY_ENGINE, data_dir=str(tmp_path_factory.mktemp("reasoning")))
+    settings = Settings(engine=QUICK_ENGINE, data_dir=str(tmp_path_factory.mktemp("reasoning")))
     with tiny_server(qwen3_checkpoint(tokenizer.vocab_size), tokenizer, settings) as base_url:
         yield base_url
 
