@@ -74,6 +74,9 @@ class Settings:
     copy_mib: int  # of the copied buffer; the copy moves twice as many bytes
     attention_cases: tuple[tuple[int, int], ...]  # (sequences, context) of the kernel's decode timings
     repeats: int = 10
+    # XLA's optimizations: off for the smoke run, whose engines compile more than they run
+    # (a bucket's compile about halves; the figures are not the point there).
+    optimize_compiled_code: bool = True
 
 
 SETTINGS = {
@@ -85,7 +88,7 @@ SETTINGS = {
     # float32, the CPU's fastest dtype: the smoke run checks the plumbing, not bfloat16.
     "tiny": Settings(shape="tiny", dtype="float32", concurrency=(4, 8), prompt_tokens=16, output_tokens=16,
                      ttft_prompt_tokens=64, token_buckets=(1, 8, 64), max_prefill_rows=4, copy_mib=64,
-                     attention_cases=((1, 64), (4, 128)), repeats=3),
+                     attention_cases=((1, 64), (4, 128)), repeats=3, optimize_compiled_code=False),
 }
 # The device machine keeps /tmp between calls while it stays warm: a benchmark cut short by the
 # device tool's 10 minutes leaves its compiled buckets for the next call (the 8B shape's took
@@ -147,7 +150,8 @@ def build_engine(settings: Settings, record: dict, quantization: str = "none") -
     figures named with the quantization first where it has one (fp8_compile_s)."""
     config = dataclasses.replace(bench_config(engine_args(settings)), token_buckets=settings.token_buckets,
                                  max_num_batched_tokens=settings.token_buckets[-1],
-                                 max_prefill_rows=settings.max_prefill_rows, quantization=quantization)
+                                 max_prefill_rows=settings.max_prefill_rows, quantization=quantization,
+                                 optimize_compiled_code=settings.optimize_compiled_code)
     prefix, what = ("", "") if quantization == "none" else (f"{quantization}_", f", {quantization}")
     model = SHAPES[settings.shape]
     mesh = make_mesh(config)
