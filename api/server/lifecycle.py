@@ -190,7 +190,7 @@ class EngineLifecycle:
         self.server.max_token_bytes = engine.tokenizer.longest_token_bytes()
         self.server.adapters = startup_adapters(self.server.model.id, engine, settings.lora_modules)
         self.server.encoders = load_encoders(settings.embedding_models, settings.rerank_models, {self.server.model.id},
-                                             settings.encoder_row_buckets)
+                                             settings.encoder_row_buckets, settings.download)
         for encoder in self.server.encoders.values():
             self.server.metrics.serve_encoder(encoder.id, routes_of(encoder.checkpoint.task))
         settle_after_load()

@@ -12,6 +12,7 @@ import pytest
 from numpy_reference import final_hidden
 
 from engine.device.encoder_runner import EncoderInput, EncoderRunner
+from engine.loader.decoder_encoder import answer_ids
 from engine.loader.sentence_transformers import load_encoder
 from engine.models.pooling import Pooling
 from tests.engine.decoder_encoder_files import (reference_embedding, reference_relevance, write_decoder_embedder,
@@ -101,16 +102,18 @@ def test_a_reranker_cuts_the_document_by_its_own_tokens(reranker):
 
 
 def test_which_tokens_answer_comes_from_config_or_is_refused_by_name(reranker):
-    folder = reranker[0]
+    folder, tokenizer = reranker[0], reranker[3]
     document = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**document, "classifier_from_token": ["n", "y"]}))
+    assert answer_ids(document, reranker[-1].tokenizer) == (tokenizer.token_to_id("no"), tokenizer.token_to_id("yes"))
+    named = {**document, "classifier_from_token": ["n", "y"]}
+    assert answer_ids(named, reranker[-1].tokenizer) == (tokenizer.token_to_id("n"), tokenizer.token_to_id("y"))
+    (folder / "config.json").write_text(json.dumps(named))
     try:
-        head_ids = load_encoder(folder).forward  # a reranker by its config alone
-        assert load_encoder(folder).task == "rerank" and head_ids is not None
+        assert load_encoder(folder).task == "rerank"  # a reranker by its config alone
         (folder / "config.json").write_text(json.dumps({**document, "classifier_from_token": ["no", "maybe"]}))
         with pytest.raises(ValueError, match="'maybe'"):
             load_encoder(folder)
     finally:
         (folder / "config.json").write_text(json.dumps(document))
-    assert load_encoder(folder).task == "embed"  # a causal LM without either: an embedder, last token
-    assert load_encoder(folder).pooling == Pooling("last", True)
+    embedder = load_encoder(folder)  # a causal LM named by neither: an embedder of its last token
+    assert embedder.task == "embed" and embedder.pooling == Pooling("last", True)
