@@ -19,12 +19,6 @@ class PairPrompt(Protocol):
     """How a reranker puts a query and a document in one input (ids, token types or None),
     the document cut to its first `max_second` tokens where given."""
 
-    @property
-    def shortest_input(self) -> int:
-        """Tokens every input has at least: a decoder reranker's prompt around the pair (no
-        token bucket below it is ever used, so none is compiled)."""
-        return len(self.pair_prompt.encode_pair("", "")[0]) if self.pair_prompt is not None else 0
-
     def encode_pair(self, first: str, second: str, max_second: int | None = None) -> tuple[list[int], list[int] | None]:
         ...
 
