@@ -18,11 +18,15 @@ import asyncio
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from typing import Any
 
 from engine.engine import Engine
 from engine.host.heap import release_freed_memory
 from engine.host.request import Request, RequestOutput
+from engine.residency import EngineAsleepError
 
 log = logging.getLogger("flint")
 
@@ -33,6 +37,14 @@ class EngineDeadError(RuntimeError):
 
 class RequestFailedError(RuntimeError):
     """One request failed on its own (its cause chained); the engine serves the others."""
+
+
+class RequestAbortedError(RuntimeError):
+    """The server aborted the request before it finished, to change its weights or sleep
+    (`control` with ABORT); sent again, it runs on what the server serves next."""
+
+
+DRAIN, ABORT = "drain", "abort"  # what `control` does with the requests it finds unfinished
 
 
 class AsyncEngine:
@@ -48,6 +60,10 @@ class AsyncEngine:
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # Operations waiting for the engine to run out of work (`control`), and the requests
+        # that came meanwhile, admitted once they have run.
+        self._controls: deque[tuple[Callable[[Engine], Any], Future]] = deque()
+        self._held: list[Request] = []
 
     def start(self) -> None:
         if self._thread is None:
@@ -67,6 +83,7 @@ class AsyncEngine:
         Raises ValueError at once for a request the engine can never serve. Leaving the
         iteration early (a client that disconnected) aborts the request, freeing its pages."""
         self._raise_if_dead()
+        self.engine.residency.require_awake()
         self.engine.validate(request)
         if request.request_id in self._streams:
             raise ValueError(f"request id {request.request_id!r} is already in use")
@@ -83,7 +100,7 @@ class AsyncEngine:
                 output = await outputs.get()
                 if isinstance(output, EngineDeadError):
                     raise output
-                if isinstance(output, (ValueError, RequestFailedError)):  # refused, or failed alone
+                if isinstance(output, (ValueError, RequestFailedError, RequestAbortedError, EngineAsleepError)):
                     finished = True
                     raise output
                 finished = output.finished
@@ -99,6 +116,17 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+
+    async def control(self, operation: Callable[[Engine], Any], mode: str = DRAIN) -> Any:
+        """`operation(engine)`'s result (or error), run on the engine thread once no request is
+        unfinished: those in flight finish first (DRAIN) or end now with RequestAbortedError
+        (ABORT). Requests that come meanwhile wait, and are admitted after it."""
+        if mode not in (DRAIN, ABORT):
+            raise ValueError(f"mode must be {DRAIN!r} or {ABORT!r}, not {mode!r}")
+        self._raise_if_dead()
+        done: Future = Future()
+        self._commands.put(("control", (operation, mode, done)))
+        return await asyncio.wrap_future(done)
 
     @property
     def num_in_flight(self) -> int:
@@ -118,8 +146,9 @@ class AsyncEngine:
                 if idle and stepped:
                     release_freed_memory()  # engine/host/heap.py: once per busy spell, before waiting
                     stepped = False
-                if not self._drain_commands(block=idle):
+                if not self._drain_commands(block=idle and not self._controls):
                     break
+                self._run_controls()
                 for output in self.engine.step():
                     self._deliver(output)
                 stepped = True
@@ -129,6 +158,7 @@ class AsyncEngine:
                 dead = EngineDeadError("the engine stopped")
                 dead.__cause__ = error
                 self._deliver_to(request_id, dead)
+            self._refuse_controls(error)
             if self.on_death is not None:
                 self.on_death(error)
 
@@ -143,22 +173,59 @@ class AsyncEngine:
             if kind == "stop":
                 for request_id in list(self._streams):
                     self.engine.abort(request_id)
+                self._refuse_controls(RuntimeError("the engine stopped"))
                 return False
             self._apply(kind, payload)
 
     def _apply(self, kind: str, payload) -> None:
         if kind == "add":
-            try:
-                self.engine.add_request(payload)
-            except ValueError as error:
-                self._deliver_to(payload.request_id, error)
-            except Exception as error:  # the request's own host work (engine/host/faults.py)
-                log.error("request %s could not be added; the engine serves on", payload.request_id, exc_info=error)
-                self._deliver_to(payload.request_id, request_failed(payload.request_id, error))
+            self._add(payload)
         elif kind == "abort":
             output = self.engine.abort(payload)
             if output is not None:
                 self._deliver(output)
+        elif kind == "control":
+            self._take_control(*payload)
+
+    def _add(self, request: Request) -> None:
+        if self._controls:  # behind an operation waiting for the engine to drain
+            self._held.append(request)
+            return
+        try:
+            self.engine.add_request(request)
+        except (ValueError, EngineAsleepError) as error:
+            self._deliver_to(request.request_id, error)
+        except Exception as error:  # the request's own host work (engine/host/faults.py)
+            log.error("request %s could not be added; the engine serves on", request.request_id, exc_info=error)
+            self._deliver_to(request.request_id, request_failed(request.request_id, error))
+
+    def _take_control(self, operation: Callable[[Engine], Any], mode: str, done: Future) -> None:
+        self._controls.append((operation, done))
+        if mode == ABORT:
+            for request_id in self.engine.unfinished_request_ids():
+                self.engine.abort(request_id)
+                self._deliver_to(request_id, RequestAbortedError(
+                    f"request {request_id} was aborted: the server changed its weights or went to sleep"))
+
+    def _refuse_controls(self, cause: BaseException) -> None:
+        while self._controls:
+            dead = EngineDeadError("the engine stopped before the operation ran")
+            dead.__cause__ = cause
+            self._controls.popleft()[1].set_exception(dead)
+
+    def _run_controls(self) -> None:
+        """Run the operations waiting, once the engine has no unfinished request; then admit
+        the requests held behind them."""
+        while self._controls and not self.engine.has_unfinished():
+            operation, done = self._controls.popleft()
+            try:
+                done.set_result(operation(self.engine))
+            except Exception as error:  # the caller's to report; the engine serves on
+                done.set_exception(error)
+        if not self._controls:
+            held, self._held = self._held, []
+            for request in held:
+                self._add(request)
 
     def _deliver(self, output: RequestOutput) -> None:
         if output.error is not None:

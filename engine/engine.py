@@ -35,6 +35,7 @@ from engine.host.window_output import land_window, lands_by_row
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
+from engine.residency import EngineResidency
 from engine.loader.progress import Progress
 from engine.rows import row_plan
 from engine.text.grammar import GrammarCompiler, accepts_prefix
@@ -87,6 +88,8 @@ class EngineStats:
     max_loras: int = 0
     num_adapter_loads: int = 0
     num_adapter_evictions: int = 0
+    weights_version: int = 0  # engine/residency.py
+    sleep_level: int = 0
 
 
 class Engine:
@@ -117,6 +120,8 @@ class Engine:
         self._failures: list[RequestOutput] = []  # requests failed on their own this step (engine/host/faults.py)
         self.speculation = SpeculationConfig(ngram=config.speculative == "ngram",
                                              num_tokens=config.num_speculative_tokens)
+        # New weights, sleep and wake, between requests (engine/residency.py).
+        self.residency = EngineResidency(self, None if checkpoint.source.path is None else str(checkpoint.source.path))
 
     @classmethod
     def from_model(cls, model: str | ModelSource | None = None, config: EngineConfig | None = None,
@@ -158,6 +163,7 @@ class Engine:
     def add_request(self, request: Request) -> None:
         """Queue a request. Raises ValueError when it can never be served; any other error
         (its grammar's matcher, its detokenizer) leaves nothing of it behind either."""
+        self.residency.require_awake()
         self.validate(request)
         if request.request_id in self._sequences:
             raise ValueError(f"request id {request.request_id!r} is already in use")
@@ -212,6 +218,9 @@ class Engine:
             self.scheduler.finish(beam, reason)
         return seq
 
+    def unfinished_request_ids(self) -> list[str]:
+        return list(self._sequences)
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
 
@@ -231,7 +240,8 @@ class Engine:
                            num_live_sessions=blocks.sessions.num_live, num_session_pages=len(blocks.sessions),
                            running_adapters=adapter_names(list(scheduler.running)),
                            waiting_adapters=adapter_names(list(scheduler.waiting)), max_loras=self.config.max_loras,
-                           num_adapter_loads=self.adapters.num_loads, num_adapter_evictions=self.adapters.num_evictions)
+                           num_adapter_loads=self.adapters.num_loads, num_adapter_evictions=self.adapters.num_evictions,
+                           weights_version=self.residency.version, sleep_level=self.residency.sleep_level)
 
     def step(self) -> list[RequestOutput]:
         """Run one batch (a window of decode steps when every row decodes, see

@@ -7,10 +7,11 @@ batching, as concurrent HTTP requests are; results come back in the prompts' ord
 from __future__ import annotations
 
 import itertools
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from engine.config import EngineConfig
+from engine.config import AUTO, EngineConfig, default_num_pages
 from engine.engine import Engine
 from engine.host.request import RequestOutput as EngineOutput
 from flint.outputs import CompletionOutput, Logprob, RequestOutput
@@ -29,7 +30,7 @@ class LLM:
                  **engine_options) -> None:
         from engine.loader.source import resolve_model
 
-        config = EngineConfig(mesh_shape=(tensor_parallel_size,), **engine_options)
+        config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
         self._bind(Engine.from_model(resolve_model(model, download), config))
 
     @classmethod
@@ -66,6 +67,38 @@ class LLM:
                         advance()
         return results
 
+    def update_weights(self, params: Mapping | None = None, *, path: str | os.PathLike | None = None) -> int:
+        """Serve new weights from the next generation on: `params`, the checkpoint's tensor
+        names (Hugging Face's) or the loader's tree to jax Arrays, or the checkpoint folder
+        at `path`. Re-laid on the devices as served (fused, quantized, sharded) by one jitted
+        program, compiled at the first update only; the prefix cache is reset. Returns the
+        weights' new version. ValueError names a tensor missing, unexpected, misshapen or
+        of a dtype other than float32, bfloat16 and float16."""
+        return self.engine.residency.update_weights(params, path)
+
+    @property
+    def weights_version(self) -> int:
+        """0 for the weights loaded at start, one more with each `update_weights`."""
+        return self.engine.residency.version
+
+    def sleep(self, level: int = 1) -> None:
+        """Release the KV cache's device memory (level 1), and the weights' too (level 2),
+        for a trainer to use; `wake_up` brings them back. Generating meanwhile raises
+        EngineAsleepError."""
+        self.engine.residency.sleep(level)
+
+    def wake_up(self) -> None:
+        """Undo `sleep`: after level 2 the weights are read again from where they last came
+        from (a folder, or the model), unless `update_weights` gave new ones meanwhile."""
+        self.engine.residency.wake_up()
+
+    @property
+    def is_sleeping(self) -> bool:
+        return self.engine.residency.sleep_level > 0
+
+    def reset_prefix_cache(self) -> None:
+        self.engine.residency.reset_prefix_cache()
+
     def _submit(self, prompt: Prompt, params: SamplingParams, owners: dict) -> RequestOutput:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         request_id = str(next(self._ids))
@@ -75,6 +108,18 @@ class LLM:
             self.engine.add_request(request)
             owners[request.request_id] = (result, result.outputs[index])
         return result
+
+
+def served_defaults(options: dict) -> dict:
+    """`options` with what `flint serve` chooses where they are silent: the quantization for
+    the checkpoint and the backend (auto), and KV pages for an eighth of every sequence."""
+    options = {"quantization": AUTO, **options}
+    if "num_pages" not in options:
+        defaults = EngineConfig()
+        options["num_pages"] = default_num_pages(options.get("max_model_len", defaults.max_model_len),
+                                                 options.get("max_num_seqs", defaults.max_num_seqs),
+                                                 options.get("page_size", defaults.page_size))
+    return options
 
 
 def per_prompt(sampling_params, count: int) -> list[SamplingParams]:

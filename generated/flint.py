@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from enum import Enum, StrEnum
+from enum import Enum, IntEnum, StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -1337,6 +1337,53 @@ class HealthStatus(StrEnum):
     FAILED = "failed"
 
 
+class InFlightMode(StrEnum):
+    """
+    `drain`: requests in flight finish on the old state, then it changes; `abort`: they end now with an error.
+    """
+
+    DRAIN = "drain"
+    ABORT = "abort"
+
+
+class WeightsVersion(BaseModel):
+    weights_version: Annotated[
+        int,
+        Field(
+            description="0 for the weights loaded at start, one more with each update.",
+            ge=0,
+        ),
+    ]
+    path: Annotated[
+        str | None,
+        Field(
+            description="The folder the weights served were read from, or null where they were given in the process."
+        ),
+    ] = None
+
+
+class Level(IntEnum):
+    """
+    0 awake; 1 without the KV cache's memory; 2 without the weights' too.
+    """
+
+    INTEGER_0 = 0
+    INTEGER_1 = 1
+    INTEGER_2 = 2
+
+
+class MemoryInUse(BaseModel):
+    """
+    Memory held, as the devices count it (`jax.Device.memory_stats()`, where the backend keeps them: GPUs and TPUs) and as the process's resident set (where the CPU backend's arrays live).
+    """
+
+    devices_bytes_in_use: Annotated[
+        dict[str, int],
+        Field(description="Bytes in use on each device of this process, by device."),
+    ]
+    process_resident_bytes: int
+
+
 class HealthBuckets(BaseModel):
     """
     The engine's token buckets, the step shapes compiled ahead. A single process turns healthy with the essential ones and compiles the rest in the background; until a bucket is compiled, steps that fit it are padded into a larger one (correct, only slower). A multi-host group compiles every bucket before it turns healthy.
@@ -1417,6 +1464,16 @@ class V1ResponsesResponseIdInputItemsGetParametersQuery(BaseModel):
     limit: Annotated[int | None, Field(ge=1, le=100)] = 20
     order: ListOrder | None = "desc"
     include: list[ResponseIncludable] | None = None
+
+
+class Level1(IntEnum):
+    INTEGER_1 = 1
+    INTEGER_2 = 2
+
+
+class SleepPostParametersQuery(BaseModel):
+    level: Level1 | None = 1
+    mode: InFlightMode | None = "drain"
 
 
 class ErrorResponse(BaseModel):
@@ -2008,6 +2065,36 @@ class TokenizeChatRequest(BaseModel):
         Field(description="Extra variables for the chat template."),
     ] = None
     return_token_strs: bool | None = False
+
+
+class UpdateWeightsRequest(BaseModel):
+    """
+    A checkpoint folder of the served model, to serve in place of its weights.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    path: Annotated[
+        str,
+        Field(
+            description="A folder on the server: safetensors (Hugging Face naming) or an Orbax checkpoint written by tools/convert.py. Every tensor's name, shape and dtype must match the served model's.",
+            min_length=1,
+        ),
+    ]
+    mode: InFlightMode | None = "drain"
+
+
+class SleepState(BaseModel):
+    is_sleeping: bool
+    level: Annotated[
+        Level,
+        Field(
+            description="0 awake; 1 without the KV cache's memory; 2 without the weights' too."
+        ),
+    ]
+    memory: MemoryInUse
+    memory_before: MemoryInUse | None = None
 
 
 class HealthResponse(BaseModel):

@@ -24,6 +24,8 @@ from api.core.state import ServerState
 RETRY_AFTER_FULL = 1
 # While the model loads and compiles (seconds to minutes).
 RETRY_AFTER_STARTING = 5
+# While the server sleeps for a training step, or changes its weights (seconds).
+RETRY_AFTER_ASLEEP = 5
 
 
 def require_serving(connection: ASGIConnection, _: BaseRouteHandler) -> None:

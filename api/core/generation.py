@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from api.core.admission import release
+from api.core.admission import RETRY_AFTER_ASLEEP, release
 from api.core.errors import ApiError, engine_failed, generation_cut_off
 from api.core.state import ServerState
 from api.core.tenancy import Tenancy
 from api.core.usage import ChoiceTiming, Timing, Usage
-from engine.async_engine import EngineDeadError, RequestFailedError
+from engine.async_engine import EngineDeadError, RequestAbortedError, RequestFailedError
 from engine.host.request import (
     BeamSearchParams,
     EmbeddingReplacement,
@@ -42,6 +42,7 @@ from engine.host.request import (
     TokenLogprob,
 )
 from engine.loader.lora import LoraAdapter
+from engine.residency import EngineAsleepError
 from engine.text.reasoning import Reasoning
 
 log = logging.getLogger("flint")
@@ -194,6 +195,13 @@ class Generation:
         except EngineDeadError as error:
             log.error("generation failed: %s", error)
             queue.put_nowait(broken_off(choice, timing.last) if timing.last is not None else engine_failed())
+        except EngineAsleepError:
+            queue.put_nowait(ApiError(503, "The server is asleep (POST /wake_up wakes it). Retry later.",
+                                      error_type="service_unavailable", code="sleeping",
+                                      headers={"Retry-After": str(RETRY_AFTER_ASLEEP)}))
+        except RequestAbortedError as error:  # the server changed its weights or went to sleep
+            queue.put_nowait(ApiError(503, f"{error}; send it again.", error_type="service_unavailable",
+                                      code="aborted", headers={"Retry-After": str(RETRY_AFTER_ASLEEP)}))
         except ValueError as error:  # the engine refused the request (its own checks)
             queue.put_nowait(ApiError(400, str(error), param="prompt"))
         except RequestFailedError:  # this request alone (the engine logged why); the engine serves on

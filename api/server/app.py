@@ -25,6 +25,7 @@ from api.server.logs import logging_config
 from api.server.middleware import wrap_app
 from api.server.settings import Settings
 from api.tokens import route as tokens
+from api.weights import route as weights
 from api.ui import route as ui
 from engine.loader.source import resolve_model
 
@@ -33,7 +34,7 @@ from engine.loader.source import resolve_model
 API_PREFIXES = ("/v1", "/inference/v1")
 API_HANDLERS = [models.list_models, models.retrieve_model, *tokens.HANDLERS, *completions.HANDLERS,
                 *chat.HANDLERS, *responses.HANDLERS, *messages.HANDLERS, *adapters.HANDLERS,
-                *embeddings.HANDLERS]
+                *embeddings.HANDLERS, *weights.V1_HANDLERS]
 # Generated request models whose routes this server does not have yet, and why; once a
 # route serves one, its entry goes and its fields get a table (tests/api/test_field_registry.py).
 NOT_SERVED: dict[type, str] = {}
@@ -43,6 +44,7 @@ ERROR_SHAPES = {prefix + messages.PATH: ANTHROPIC_ERRORS for prefix in API_PREFI
 # Every route's field registry, for the checks that walk them all.
 REGISTRY = Registry.combined([completions.COMPLETIONS.registry, chat.CHAT.registry, responses.RESPONSES.registry,
                               messages.MESSAGES.registry, tokens.REGISTRY, adapters.REGISTRY, embedding_fields.REGISTRY,
+                              weights.REGISTRY,
                               Registry(not_served=NOT_SERVED)])
 
 
@@ -62,7 +64,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_engine) 
     routers = [Router(prefix, route_handlers=API_HANDLERS, guards=guards) for prefix in API_PREFIXES]
     # The tokenizer routes also at the root, where vLLM serves them (lm-eval's remote tokenizer).
     # Rerank also where Jina's and vLLM's clients (/rerank) and Cohere's v2 client (/v2/rerank) post it.
-    routers.append(Router("/", route_handlers=[*tokens.HANDLERS, embeddings.rerank], guards=guards))
+    # vLLM's sleep routes at the root, where its RL integrations call them.
+    routers.append(Router("/", route_handlers=[*tokens.HANDLERS, embeddings.rerank, *weights.ROOT_HANDLERS],
+                          guards=guards))
     routers.append(Router("/v2", route_handlers=[embeddings.rerank], guards=guards))
     # Friendli's serverless base URL, for clients of its token_sampled / complete events.
     routers.append(Router(completions.SERVERLESS_PREFIX, route_handlers=completions.SERVERLESS_HANDLERS, guards=guards))

@@ -69,6 +69,10 @@ class Metrics:
         self._add_tenancy_metrics()
         self._add_lora_metrics()
         self._add_encoder_metrics()
+        self._weights_version = self._gauge("weights_version", "The version of the weights served: 0 as loaded at "
+                                            "start, one more with each update (POST /v1/update_weights).")
+        self._sleep_level = self._gauge("sleep_level", "0 awake; 1 with the KV cache's memory released; 2 with "
+                                        "the weights' too (POST /sleep).")
         # How the engine serves (api/server/engine_health.py): what a slower-than-expected server
         # shows without its log.
         self._bucket_compiled = Gauge("flint:token_bucket_compiled",
@@ -192,6 +196,8 @@ class Metrics:
         self._kv_usage.set(load.kv_cache_usage)
         self._pages_in_use.set(load.num_pages_in_use)
         self._pages_cached.set(load.num_cached_pages)
+        self._weights_version.set(load.weights_version)
+        self._sleep_level.set(load.sleep_level)
         self._set_tenancy(load)
         self._set_lora(load)
         if engine is not None:

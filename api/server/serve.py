@@ -45,6 +45,7 @@ from engine.config import (
     QUANTIZATIONS,
     SPECULATIVE,
     EngineConfig,
+    default_num_pages,
 )
 
 if TYPE_CHECKING:  # the app and its engine (and JAX) load only when `serve` runs
@@ -121,6 +122,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="log lines as text, or as one JSON object a line (timestamp, level, logger, "
                             "message, request_id), with one access line per request (default: %(default)s)")
     add_lora_arguments(serve)
+    serve.add_argument("--allow-runtime-weights", action="store_true",
+                       help="serve POST /v1/update_weights (new weights from a checkpoint folder on this server), "
+                            "/sleep, /wake_up and /reset_prefix_cache, for a training loop: any API key may call "
+                            "them, and they pause every request (default: off, a 403)")
     add_encoder_arguments(serve)
     add_multihost_arguments(serve)
 
@@ -171,19 +176,6 @@ def compilation_cache_from_args(args: argparse.Namespace, data_dir: str | None =
     return default_compilation_cache(data_dir or default_data_dir())
 
 
-def default_num_pages(max_model_len: int, max_num_seqs: int, page_size: int) -> int:
-    """Room for every sequence at an eighth of max_model_len, and always for one full-length
-    sequence; plus the null page.
-
-    At the defaults that is 64 sequences of 256 tokens (a chat turn's prompt and answer;
-    the engine benchmark's 128 + 128), 16,384 tokens and 755 MB of float32 cache for
-    SmolLM2, where a quarter held 1.5 GB, most of the server's memory, mostly unused.
-    Requests are rarely all long, and when pages run out the scheduler preempts the newest
-    sequence, to be recomputed later."""
-    pages_per_seq = -(-max_model_len // page_size)
-    return max(pages_per_seq, max_num_seqs * pages_per_seq // 8) + 1
-
-
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Raises ValueError when the engine flags contradict each other."""
     page_size = EngineConfig.page_size
@@ -204,7 +196,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     log_format=args.log_format, topology=topology_from_args(args),
                     follower_timeout=args.follower_timeout, lora_modules=tuple(args.lora),
-                    allow_runtime_lora=args.allow_runtime_lora, allowed_origins=tuple(args.allowed_origins),
+                    allow_runtime_lora=args.allow_runtime_lora, allow_runtime_weights=args.allow_runtime_weights,
+                    allowed_origins=tuple(args.allowed_origins),
                     embedding_models=tuple(args.embedding_model), rerank_models=tuple(args.rerank_model))
 
 
@@ -325,7 +318,6 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
-
 
 
 def serve_as_follower(settings: Settings) -> int:

@@ -80,6 +80,8 @@ class Settings:
     lora_modules: tuple[tuple[str, str], ...] = ()
     # Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (`--allow-runtime-lora`).
     allow_runtime_lora: bool = False
+    # Serve POST /v1/update_weights, /sleep, /wake_up and /reset_prefix_cache (`--allow-runtime-weights`).
+    allow_runtime_weights: bool = False
     # Origins (scheme://host[:port], or "*") whose browser pages may call the API
     # (`--allowed-origins`; api/server/cors.py). None by default: same-origin pages only.
     allowed_origins: tuple[str, ...] = ()

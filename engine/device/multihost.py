@@ -211,7 +211,8 @@ def replay(runner, operation: tuple, state: dict) -> None:
     elif kind == "dispatch_next":
         tables, num_steps = arguments
         state["flight"] = runner.launch_next(state["flight"], tables, num_steps)
-    elif kind in ("copy_pages", "load_adapter"):
+    elif kind in ("copy_pages", "load_adapter", "load_weights", "release_kv_cache",
+                  "release_weights", "restore_kv_cache"):
         getattr(runner, kind)(*arguments)
     else:
         raise ValueError(f"unknown operation {kind!r} from the leader")

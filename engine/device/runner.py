@@ -27,7 +27,7 @@ from engine.device.attention import attention_for, reads_a_cache_per_layer
 from engine.device.attention import choose as choose_attention
 from engine.device.bucket_programs import BucketPrograms, StepProgram
 from engine.device.batch import BatchInputs, advance_decode, empty_batch, pack_embeddings
-from engine.device.kv_cache import COPY_BATCH, copy_pages, holds_float8, init_kv_cache, kv_cache_dtype
+from engine.device.kv_cache import COPY_BATCH, copy_pages, holds_float8, kv_cache_dtype
 from engine.device.lora import empty_slots, native_slots, slot_values, write_slot
 from engine.device.native import NATIVE
 from engine.device.native import target_names as native_target_names
@@ -35,6 +35,8 @@ from engine.device.native import resolve as resolve_cpu_kernels
 from engine.device.sharding import make_mesh, replicated, served_shardings
 from engine.device.step_io import (  # noqa: F401 (RowPlan: the runner's API)
     InFlight, RowNeeds, RowPlan, StepOutput, host_copy, row_needs, token_spans)
+from engine.device.residency import Residency
+from engine.device.weight_update import WeightRelayout
 from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
@@ -45,7 +47,7 @@ from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prom
 from engine.sampling.sampler import NUM_TOP_LOGPROBS, SampleResult, result_shape, sample
 
 
-class ModelRunner:
+class ModelRunner(Residency):
     """Owns the device state (weights, KV cache) and the compiled step of each bucket."""
 
     def __init__(self, model_config: ModelConfig, engine_config: EngineConfig, params: dict | None, mesh=None,
@@ -85,8 +87,8 @@ class ModelRunner:
                                                   native_linear=native_linear,
                                                   lora_rank=engine_config.max_lora_rank, native_lora=self.native_slots)
         self.decoder, self.state = decoder.split()  # the code, and the arrays a step takes
-        self.kv_cache = init_kv_cache(model_config, engine_config, self.mesh, per_layer, self.kv_cache_dtype,
-                                      native=self.cpu_kernels == NATIVE)
+        self.per_layer_cache = per_layer
+        self.kv_cache = self.new_kv_cache()
         self._abstract_kv_cache = abstract(self.kv_cache)
         # What a bucket compiles against: the weights' shapes, not the arrays, which an adapter
         # slot's write replaces on the engine thread while a background compile lowers.
@@ -102,6 +104,8 @@ class ModelRunner:
         # On a multi-host leader: publishes each device operation for the followers to
         # replay (engine/device/multihost.py), before it starts here.
         self.publish: Callable[[tuple], None] | None = None
+        # New weights into this state, with no new step program (engine/device/weight_update.py).
+        self.relayout = WeightRelayout(self)
 
     def _forward_and_sample(self, state, kv_cache, batch: BatchInputs, num_steps):
         """`num_steps` (>= 1) rounds of forward and sample, each fed the tokens of the last.

@@ -87,6 +87,29 @@ class BlockManager:
         self._page_sessions: dict[int, str] = {}
         self.num_session_queried_tokens = 0
         self.num_session_hit_tokens = 0
+        self.epoch = 0  # prefix-cache resets so far (new weights, a wake from sleep): part of every root
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix: its KV was computed by weights no longer served, or is
+        gone with the cache's memory. The free cached pages become plain free pages; those a
+        running sequence holds stay its own, and no later sequence finds them, for every
+        chain now roots in the new epoch."""
+        self.epoch += 1
+        self._expire_sessions()
+        while len(self.sessions):
+            self._evictable_pages[self.sessions.evict()] = None
+        for page in self._evictable_pages:
+            del self._cached_pages[self._page_hashes.pop(page)]
+            self._page_sessions.pop(page, None)
+            self._unhashed_pages.append(page)
+        self._evictable_pages.clear()
+
+    def _root(self, seq: Sequence) -> bytes:
+        """Where `seq`'s chain of page hashes starts: its own salt (NO_PARENT, unless replaced
+        embeddings, an isolation or an adapter made its KV differ), in this epoch."""
+        if not self.epoch:
+            return seq.cache_salt
+        return hashlib.blake2b(self.epoch.to_bytes(8, "little") + seq.cache_salt, digest_size=16).digest()
 
     @property
     def num_free_pages(self) -> int:
@@ -122,7 +145,7 @@ class BlockManager:
         # Prompt logprobs need the logits of every prompt token, so nothing may be skipped.
         if not self.enable_prefix_caching or seq.sampling.prompt_logprobs is not None:
             return 0
-        parent_hash = seq.cache_salt  # NO_PARENT, unless replaced embeddings made its KV differ
+        parent_hash = self._root(seq)
         for index in range((seq.num_tokens - 1) // self.page_size):
             block_hash = hash_page(parent_hash, self._page_token_ids(seq, index))
             page = self._cached_pages.get(block_hash)
@@ -179,7 +202,7 @@ class BlockManager:
             return
         num_full_pages = seq.num_computed_tokens // self.page_size
         for index in range(len(seq.block_hashes), num_full_pages):
-            parent_hash = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
+            parent_hash = seq.block_hashes[-1] if seq.block_hashes else self._root(seq)
             block_hash = hash_page(parent_hash, self._page_token_ids(seq, index))
             seq.block_hashes.append(block_hash)
             self._register(seq.block_table[index], block_hash)

@@ -55,14 +55,18 @@ class TensorNames:
             return [self.layer_name(name, index, expert) for expert in range(num_experts)]
         return [self.layer_name(name, index)]
 
-    def stacked(self, read: Callable[[str], np.ndarray], name: str, config: ModelConfig) -> np.ndarray:
+    def stacked(self, read: Callable[[str], np.ndarray], name: str, config: ModelConfig,
+                stack: Callable[[list], Any] | None = None) -> np.ndarray:
         """`name` read with `read(tensor)` and stacked over the layers (and each layer's
-        experts, where the format keeps a tensor per expert)."""
+        experts, where the format keeps a tensor per expert) by `stack` (`stacked_weights`
+        unless given: a jitted caller stacks traced arrays with jnp.stack)."""
+        stack = stack or stacked_weights
+
         def one_layer(index: int) -> np.ndarray:
             arrays = [read(tensor) for tensor in self.layer_names(name, index, config.num_experts)]
-            return stacked_weights(arrays) if self.per_expert(name) else arrays[0]
+            return stack(arrays) if self.per_expert(name) else arrays[0]
 
-        return stacked_weights([one_layer(i) for i in range(config.num_layers)])
+        return stack([one_layer(i) for i in range(config.num_layers)])
 
     def expected(self, layer_weights: Iterable[str], config: ModelConfig) -> set[str]:
         """Every tensor name a checkpoint of `config` may hold, for its `layer_weights`."""

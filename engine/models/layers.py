@@ -198,6 +198,8 @@ def packed_for_native(state: dict, native_lora: bool) -> dict:
         served = isinstance(weight, Int8Weight) or (native_lora and is_lora_weight(name))
         if not (served and native_ops.serves(weight)):
             return weight
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(weight)):
+            return native_ops.packed(weight)  # under jit (a weight update): on the device
         # In NumPy on the host, then back: jnp's eager reshapes compiled a program for each
         # weight's shape, 0.9 s of a warm start.
         return jax.device_put(native_ops.packed(jax.device_get(weight)))

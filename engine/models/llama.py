@@ -14,6 +14,7 @@ Another family reuses this decoder by overriding its stages: `embed_tokens`, `no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,24 +67,31 @@ class Llama(Decoder):
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
         self.compute_dtype = jnp.dtype(weights["embed"].dtype)
-        # With int8 layers under the native kernels, the embedding and the head are kept in
-        # int8 with a scale per 32 inputs (HEAD_GROUP_SIZE: exact for a GGUF Q8_0 head, as the
-        # embedded SmolLM2's is): a quarter of float32's bytes for a one-token step's head to
-        # read, and no float32 copy of the embedding held. The quality gate
-        # (tests/engine/test_quantization.py) scores it as it scores a float32 head.
-        # Unquantized layers keep the checkpoint's precision throughout.
+        self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
+        self.state = self.state_of(weights)
+
+    def state_of(self, weights: dict) -> dict:
+        """The state this decoder holds for served `weights` (their layers emptied as they are
+        stored). Traceable: the runner's weight updates (engine/device/weight_update.py) run
+        it under jit, on weights without the adapter slots, which they keep as they are.
+
+        With int8 layers under the native kernels, the embedding and the head are kept in
+        int8 with a scale per 32 inputs (HEAD_GROUP_SIZE: exact for a GGUF Q8_0 head, as the
+        embedded SmolLM2's is): a quarter of float32's bytes for a one-token step's head to
+        read, and no float32 copy of the embedding held. The quality gate
+        (tests/engine/test_quantization.py) scores it as it scores a float32 head.
+        Unquantized layers keep the checkpoint's precision throughout."""
         quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
         head = partial(quantize_int8, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray
-        self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
-        self.state = {"embed": head(weights["embed"]), "final_norm": weights["final_norm"],
-                      "layers": self.layout.store(weights["layers"])}
+        layout = dataclasses.replace(self.layout, names=tuple(weights["layers"]))
+        state = {"embed": head(weights["embed"]), "final_norm": weights["final_norm"],
+                 "layers": layout.store(weights["layers"])}
         if "lm_head" in weights:
-            self.state["lm_head"] = head(weights["lm_head"])
+            state["lm_head"] = head(weights["lm_head"])
         if "rope_freq_factors" in weights:
-            self.state["rope_freq_factors"] = weights["rope_freq_factors"]
-        if self.native_linear:
-            self.state = packed_for_native(self.state, native_lora)
+            state["rope_freq_factors"] = weights["rope_freq_factors"]
+        return packed_for_native(state, self.native_lora) if self.native_linear else state
 
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""

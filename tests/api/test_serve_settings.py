@@ -6,9 +6,9 @@ import pytest
 from tiny_models import tiny_checkpoint
 
 from api.server.cli import build_parser, main
-from api.server.serve import default_num_pages, serve, settings_from_args
+from api.server.serve import serve, settings_from_args
 from api.server.settings import MIB, Settings
-from engine.config import EngineConfig
+from engine.config import EngineConfig, default_num_pages
 
 
 def parse(*flags: str) -> Settings:

@@ -1,0 +1,1 @@
+"""New weights, sleep and wake for training loops: vLLM's route names over engine/residency.py."""

@@ -1,0 +1,65 @@
+"""New weights re-laid into a running model's served state on its devices, with no new
+step program: the served layout (fused projections, int8 or FP8 where served, the native
+kernels' blocks, stacked or per-layer arrays) is made by one jitted function from the
+checkpoint's layout, with each output placed as the state it replaces is, so the step
+executables compiled for that state take the new one as they took the old.
+
+The relayout compiles once per form of input (tensor names, or the loader's tree, in their
+dtypes) and is reused by every later update. What a trainer does not hold stays as served:
+the LoRA adapter slots and the factors derived from the config (GGUF's rope_freqs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+
+from engine.device.weights import is_lora_slots, serving_weights
+from engine.loader.named_weights import NAMED, checked_update, tree_of
+
+
+class WeightRelayout:
+    """The relayout of one runner (engine/device/runner.py): `new_state(params)`."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        # Where each leaf of the state lives, kept while its arrays may be let go (sleep).
+        self.shardings = jax.tree.map(lambda leaf: leaf.sharding, runner.state)
+        self._programs: dict[str, jax.stages.Wrapped] = {}  # by input form
+
+    def new_state(self, params: Mapping) -> dict:
+        """The served state for `params` (checked first: engine/loader/named_weights.py), the
+        adapter slots and derived factors carried over from the state in use."""
+        form, checked = checked_update(self.runner.model_config, params)
+        program = self._programs.get(form)
+        if program is None:
+            program = self._programs[form] = self._program(form, checked)
+        return kept_beside(program(checked), self.runner.state)
+
+    def _program(self, form: str, example: dict):
+        runner = self.runner
+
+        def relayout(weights: dict) -> dict:
+            tree = tree_of(runner.model_config, weights) if form == NAMED else weights
+            served = serving_weights(runner.model_config, tree, runner.config.dtype, runner.config.quantization)
+            return runner.decoder.state_of(served)
+
+        # Each output placed as the leaf it replaces is (sharded as served).
+        shapes = jax.eval_shape(relayout, example)
+        placed = jax.tree_util.tree_map_with_path(lambda path, _: leaf_at(self.shardings, path), shapes)
+        return jax.jit(relayout, out_shardings=placed)
+
+
+def kept_beside(fresh: dict, served: dict) -> dict:
+    """`fresh` with what `served` holds beyond it: the adapter slots, the config's factors."""
+    state = {**{k: v for k, v in served.items() if k not in fresh}, **fresh}
+    state["layers"] = {**fresh["layers"], **{k: v for k, v in served["layers"].items() if is_lora_slots(k)}}
+    return state
+
+
+def leaf_at(tree, path):
+    """The leaf of `tree` at a key path of a tree of the same structure."""
+    for key in path:
+        tree = tree[key.key] if hasattr(key, "key") else getattr(tree, key.name)
+    return tree
