@@ -28,7 +28,7 @@ async def update_weights(request: Request, state: State) -> Response[dict]:
     REGISTRY.refuse_within(body)
     try:
         await state.server.running_engine.control(lambda e: e.residency.update_weights(path=body.path),
-                             body.mode.value if body.mode is not None else DRAIN)
+                             InFlightMode(body.mode).value if body.mode is not None else DRAIN)
     except ValueError as error:
         raise ApiError(400, f"the weights at path could not be served: {error}", param="path") from error
     return Response(version_body(state))

@@ -112,7 +112,7 @@ def test_every_planned_field_names_a_test_that_exists():
 
 def dialect_of(model_key: str) -> str:
     """The dialect package whose table holds `model_key` (the first one that lists it)."""
-    for dialect in ("completions", "chat", "responses", "messages", "tokens", "adapters", "embeddings"):
+    for dialect in ("completions", "chat", "responses", "messages", "tokens", "adapters", "embeddings", "weights"):
         table = importlib.import_module(f"api.{dialect}.fields").REGISTRY
         if any(key == model_key for key, _, _ in table.tables()):
             return dialect
