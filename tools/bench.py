@@ -232,12 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     add_embed_options(commands.add_parser("embed", help="embeddings per second against sentence-transformers"))
 
     add_lora_options(commands.add_parser("lora", help="decode with 8 LoRA adapters in one batch against the base"))
+    from bench_weights import add_options as add_weights_options
+    from bench_weights import weights_benchmark
+
+    add_weights_options(commands.add_parser("weights", help="LLM.update_weights against its roofline and a restart"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
      "serve": serve_benchmarks, "structured": structured_benchmark,
-     "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark}[args.command](args)
+     "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark,
+     "weights": weights_benchmark}[args.command](args)
     return 0
 
 

@@ -143,6 +143,10 @@ class DyingEngine:
 
     def __init__(self):
         self.on_validate = lambda: None
+        self.residency = self  # never asleep
+
+    def require_awake(self):
+        pass
 
     def validate(self, request):
         self.on_validate()
