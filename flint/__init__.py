@@ -8,8 +8,12 @@ engine `flint serve` runs (continuous batching, the compiled buckets, the fused 
         print(result.outputs[0].text)
 """
 
+from flint.async_llm import AsyncLLM
+from flint.beam_search import BeamSearchParams
 from flint.llm import LLM
-from flint.outputs import CompletionOutput, Logprob, RequestOutput
+from flint.outputs import BeamSearchOutput, BeamSearchSequence, CompletionOutput, Logprob, RequestOutput
 from flint.sampling_params import SamplingParams
+from flint.structured_outputs import StructuredOutputsParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "AsyncLLM", "SamplingParams", "StructuredOutputsParams", "BeamSearchParams", "RequestOutput",
+           "CompletionOutput", "Logprob", "BeamSearchOutput", "BeamSearchSequence"]

@@ -1,7 +1,10 @@
-"""`LLM`: the engine of `flint serve` in this process, for offline generation.
+"""`LLM`: the engine of `flint serve` in this process, for offline generation and training
+loops.
 
 Every prompt of a `generate` call goes into the engine at once and is run by continuous
 batching, as concurrent HTTP requests are; results come back in the prompts' order.
+Between calls the weights can be replaced in place (`update_weights`) and the device's
+memory released (`sleep`, `wake_up`): engine/residency.py.
 """
 
 from __future__ import annotations
@@ -9,22 +12,28 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from engine.config import AUTO, EngineConfig, default_num_pages
 from engine.engine import Engine
+from engine.host.request import BeamSearchParams as EngineBeams
+from engine.host.request import Request
 from engine.host.request import RequestOutput as EngineOutput
-from flint.outputs import CompletionOutput, Logprob, RequestOutput
+from flint.beam_search import BeamSearchParams
+from flint.chat import Message, chat_prompt_ids, conversations_of
+from flint.outputs import BeamSearchOutput, RequestOutput
+from flint.progress import progress
+from flint.results import Prompt, beam_output, fold, new_result, per_prompt, prompts_of
 from flint.sampling_params import SamplingParams
-
-Prompt = str | list[int]
 
 
 class LLM:
     """A model loaded and compiled in this process: `model` as `flint serve --model` takes it
     (None: the embedded SmolLM2-135M-Instruct), the engine's options by their `flint serve`
     names (`max_model_len`, `max_num_seqs`, `dtype`, `quantization`, `kv_cache_dtype`, ...),
-    `tensor_parallel_size` for the devices to split over."""
+    `tensor_parallel_size` for the devices to split over. Unset options take `flint
+    serve`'s defaults (on a CPU and a GGUF file: int8 weights through the native kernels)."""
 
     def __init__(self, model: str | None = None, *, tensor_parallel_size: int = 1, download: bool = False,
                  **engine_options) -> None:
@@ -45,27 +54,63 @@ class LLM:
         self.tokenizer = engine.tokenizer
         self._ids = itertools.count()
 
-    def generate(self, prompts: Prompt | Sequence[Prompt], sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """One RequestOutput a prompt (a text, or token ids), in order; `sampling_params` one for
         all or one a prompt. A progress bar on a terminal's stderr where `use_tqdm`."""
-        prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else list(prompts)
-        params = per_prompt(sampling_params, len(prompts))
-        owners: dict[str, tuple[RequestOutput, CompletionOutput]] = {}
-        try:
-            results = [self._submit(prompt, choice_params, owners) for prompt, choice_params in zip(prompts, params)]
-        except Exception:
-            for queued in owners:  # nothing of this call stays queued behind the error
-                self.engine.abort(queued)
-            raise
+        prompts = prompts_of(prompts)
+        results, owners = [], {}
+        with self._queued(owners):
+            for prompt, params in zip(prompts, per_prompt(sampling_params, len(prompts))):
+                result, requests = new_result(str(next(self._ids)), prompt, params, self.tokenizer)
+                results.append(result)
+                for completion, request in zip(result.outputs, requests):
+                    self._add(request, owners, (result, completion))
+        self._drive(owners, use_tqdm, lambda owner, output: fold(*owner, output))
+        return results
+
+    def chat(self, messages: Sequence[Message] | Sequence[Sequence[Message]],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, use_tqdm: bool = True, *,
+             tools: Sequence[Mapping] | None = None, add_generation_prompt: bool = True,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> list[RequestOutput]:
+        """`generate` over conversations (one, or a list), each rendered by the model's chat
+        template with `tools` (OpenAI's function tools) written in as the HTTP API writes them."""
+        prompts = [chat_prompt_ids(self.tokenizer, conversation, tools, add_generation_prompt, chat_template_kwargs)
+                   for conversation in conversations_of(messages)]
+        return self.generate(prompts, sampling_params, use_tqdm)
+
+    def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
+                    use_tqdm: bool = False) -> list[BeamSearchOutput]:
+        """A beam search of `params.beam_width` beams a prompt, all prompts batched together;
+        each prompt's hypotheses, best first."""
+        prompts = prompts_of(prompts)
+        results, owners, done = [], {}, {}
+        with self._queued(owners):
+            for prompt in prompts:
+                result, (request,) = new_result(str(next(self._ids)), prompt, params.sampling(), self.tokenizer)
+                request.beam = EngineBeams(num_beams=params.beam_width, length_penalty=params.length_penalty)
+                results.append(result)
+                self._add(request, owners, result)
+        self._drive(owners, use_tqdm, lambda result, output: done.update({id(result): beam_output(result, output)})
+                    if output.finished else None)
+        return [done[id(result)] for result in results]
+
+    def _add(self, request: Request, owners: dict, owner) -> None:
+        self.engine.add_request(request)
+        owners[request.request_id] = owner
+
+    def _queued(self, owners: dict):
+        """A context that aborts what it queued if queueing fails part way."""
+        return _AbortOnError(self.engine, owners)
+
+    def _drive(self, owners: dict, use_tqdm: bool, take: Callable[[Any, EngineOutput], None]) -> None:
         with progress(len(owners), use_tqdm and sys.stderr.isatty()) as advance:
             while self.engine.has_unfinished():
                 for output in self.engine.step():
-                    completion = owners[output.request_id][1]
-                    fold(completion, output)
+                    take(owners[output.request_id], output)
                     if output.finished:
                         advance()
-        return results
 
     def update_weights(self, params: Mapping | None = None, *, path: str | os.PathLike | None = None) -> int:
         """Serve new weights from the next generation on: `params`, the checkpoint's tensor
@@ -99,15 +144,18 @@ class LLM:
     def reset_prefix_cache(self) -> None:
         self.engine.residency.reset_prefix_cache()
 
-    def _submit(self, prompt: Prompt, params: SamplingParams, owners: dict) -> RequestOutput:
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        request_id = str(next(self._ids))
-        result = RequestOutput(request_id, prompt if isinstance(prompt, str) else None, ids,
-                               [CompletionOutput(index) for index in range(params.n)])
-        for index, request in enumerate(params.engine_requests(request_id, ids)):
-            self.engine.add_request(request)
-            owners[request.request_id] = (result, result.outputs[index])
-        return result
+
+class _AbortOnError:
+    def __init__(self, engine: Engine, owners: dict) -> None:
+        self.engine, self.owners = engine, owners
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is not None:  # nothing of this call stays queued behind the error
+            for queued in self.owners:
+                self.engine.abort(queued)
 
 
 def served_defaults(options: dict) -> dict:
@@ -120,49 +168,3 @@ def served_defaults(options: dict) -> dict:
                                                  options.get("max_num_seqs", defaults.max_num_seqs),
                                                  options.get("page_size", defaults.page_size))
     return options
-
-
-def per_prompt(sampling_params, count: int) -> list[SamplingParams]:
-    if sampling_params is None or isinstance(sampling_params, SamplingParams):
-        return [sampling_params or SamplingParams()] * count
-    if len(sampling_params) != count:
-        raise ValueError(f"sampling_params lists one SamplingParams a prompt: {count} prompts, "
-                         f"{len(sampling_params)} given")
-    return list(sampling_params)
-
-
-def fold(completion: CompletionOutput, output: EngineOutput) -> None:
-    """One step's news for a choice, added to it."""
-    completion.token_ids.extend(output.new_token_ids)
-    completion.text += output.text
-    if output.logprobs is not None:
-        completion.logprobs = completion.logprobs or []
-        for entry in output.logprobs:
-            alternatives = {token: Logprob(value) for token, value in entry.top}
-            completion.logprobs.append({**alternatives, entry.token_id: Logprob(entry.logprob, entry.sampling_logprob,
-                                                                                entry.rank)})
-            completion.cumulative_logprob = (completion.cumulative_logprob or 0.0) + entry.logprob
-    if output.finished:
-        completion.finish_reason, completion.stop_reason = output.finish_reason, output.stop_reason
-
-
-class progress:
-    """A rich progress bar over `total` choices (nothing where `shown` is False); the
-    context's value advances it by one."""
-
-    def __init__(self, total: int, shown: bool) -> None:
-        self.total, self.shown, self._bar = total, shown, None
-
-    def __enter__(self):
-        if not self.shown:
-            return lambda: None
-        from rich.progress import Progress
-
-        self._bar = Progress(transient=True)
-        self._bar.start()
-        task = self._bar.add_task("generating", total=self.total)
-        return lambda: self._bar.advance(task)
-
-    def __exit__(self, *_) -> None:
-        if self._bar is not None:
-            self._bar.stop()

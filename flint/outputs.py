@@ -32,14 +32,36 @@ class CompletionOutput:
         return self.finish_reason is not None
 
 
+PromptLogprobs = list[dict[int, Logprob] | None]
+
+
 @dataclass
 class RequestOutput:
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
-    num_cached_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens read from the prefix cache (the most over the choices)
+    # Where asked (SamplingParams.prompt_logprobs): None for the first token, then each token's.
+    prompt_logprobs: PromptLogprobs | None = None
 
     @property
     def finished(self) -> bool:
         return all(output.finished for output in self.outputs)
+
+
+@dataclass(frozen=True)
+class BeamSearchSequence:
+    """One hypothesis of a beam search: the prompt's tokens and its own, its text, and its
+    summed logprob and score (the sum over its length ** length_penalty)."""
+
+    tokens: list[int]
+    text: str
+    cum_logprob: float
+    score: float
+    finish_reason: str  # "stop" (an end token) or "length"
+
+
+@dataclass(frozen=True)
+class BeamSearchOutput:
+    sequences: list[BeamSearchSequence]  # best first
