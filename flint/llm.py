@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from engine.config import AUTO, EngineConfig, default_num_pages
@@ -95,6 +95,36 @@ class LLM:
         self._drive(owners, use_tqdm, lambda result, output: done.update({id(result): beam_output(result, output)})
                     if output.finished else None)
         return [done[id(result)] for result in results]
+
+    def stream(self, prompt: Prompt, sampling_params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+        """One prompt's RequestOutput after each step that added to it (the same object, grown),
+        the last one finished; one choice. Leaving the iteration early aborts it."""
+        params = sampling_params or SamplingParams()
+        if params.n != 1:
+            raise ValueError("stream generates one choice: SamplingParams.n must be 1")
+        result, (request,) = new_result(str(next(self._ids)), prompt, params, self.tokenizer)
+        for output in self.stream_request(request):
+            fold(result, result.outputs[0], output)
+            yield result
+
+    def stream_request(self, request: Request) -> Iterator[EngineOutput]:
+        """The engine's outputs of one engine request (engine/host/request.py) as the steps
+        produce them, for callers that build their own (the `flint` commands: a thinking
+        section kept apart). The request is queued at once (a ValueError refuses it here);
+        leaving the iteration early aborts it and leaves the engine idle."""
+        self.engine.add_request(request)
+        return self._outputs_of(request.request_id)
+
+    def _outputs_of(self, request_id: str) -> Iterator[EngineOutput]:
+        try:
+            while self.engine.has_unfinished():
+                for output in self.engine.step():
+                    if output.request_id == request_id:
+                        yield output
+        finally:
+            self.engine.abort(request_id)
+            while self.engine.has_unfinished():
+                self.engine.step()
 
     def _add(self, request: Request, owners: dict, owner) -> None:
         self.engine.add_request(request)

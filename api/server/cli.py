@@ -58,21 +58,23 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def stream_completion(engine: Engine, args: argparse.Namespace, spinner: FirstTokenSpinner) -> None:
-    """`args.prompt`'s completion printed to stdout as it is generated."""
-    from engine.host.request import Request, SamplingParams, StopCriteria
+    """`args.prompt`'s completion printed to stdout as it is generated, through `flint`'s
+    Python API (flint/llm.py)."""
+    from flint import LLM, SamplingParams
 
-    tokenizer = engine.tokenizer
+    llm = LLM.from_engine(engine)
     if args.chat:  # the prompt as a user turn: its own text is plain text, only the template's markers special
-        prompt_ids = tokenizer.encode_chat(tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
+        prompt = llm.tokenizer.encode_chat(llm.tokenizer.render_chat_prompt([{"role": "user", "content": args.prompt}]))
     else:
-        prompt_ids = tokenizer.encode(args.prompt)
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    engine.add_request(Request("cli", prompt_ids, sampling, StopCriteria(max_tokens=args.max_tokens)))
-    while engine.has_unfinished():
-        for output in engine.step():
-            if output.new_token_ids:
-                spinner.stop()  # gone before the first text: stdout carries the answer alone
-            print(output.text, end="", flush=True)
+        prompt = args.prompt
+    printed = 0
+    for result in llm.stream(prompt, SamplingParams(temperature=args.temperature, seed=args.seed,
+                                                    max_tokens=args.max_tokens)):
+        text = result.outputs[0].text
+        if result.outputs[0].token_ids:
+            spinner.stop()  # gone before the first text: stdout carries the answer alone
+        print(text[printed:], end="", flush=True)
+        printed = len(text)
 
 
 def main(argv: list[str] | None = None) -> int:

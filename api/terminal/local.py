@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from itertools import count
 
 from api.core.reasoning import NOTHING_ASKED
@@ -17,8 +17,9 @@ from api.core.reasoning_prompt import plan_reasoning
 from api.terminal.session import ChatSession
 from api.terminal.transport import ChatError, Delta
 from engine.engine import Engine
-from engine.host.request import Request, SamplingParams, StopCriteria
+from engine.host.request import Request, RequestOutput, SamplingParams, StopCriteria
 from engine.text.chat_template import ChatTemplateError
+from flint.llm import LLM
 
 
 class LocalChat:
@@ -26,6 +27,7 @@ class LocalChat:
 
     def __init__(self, engine: Engine, model: str) -> None:
         self.engine, self.model = engine, model
+        self.llm = LLM.from_engine(engine)  # flint's Python API: the one path to the engine
         self.request_ids = (f"chat-{number}" for number in count())
 
     def describe(self) -> str:
@@ -35,15 +37,10 @@ class LocalChat:
         with interrupts_deferred() as interrupted:
             request = self.request(session)
             try:
-                self.engine.add_request(request)
+                outputs = self.llm.stream_request(request)
             except ValueError as error:
                 raise ChatError(str(error)) from None
-            try:
-                yield from self.outputs(request.request_id, interrupted)
-            finally:  # done, interrupted, or the reader went away: the engine is left idle
-                self.engine.abort(request.request_id)
-                while self.engine.has_unfinished():
-                    self.engine.step()
+            yield from self.outputs(outputs, interrupted)
 
     def request(self, session: ChatSession) -> Request:
         """The engine request for the next reply: at most session.max_tokens, and never past the context."""
@@ -61,13 +58,12 @@ class LocalChat:
         stop = StopCriteria(max_tokens=min(session.max_tokens or room, room))
         return Request(next(self.request_ids), prompt_ids, sampling, stop, reasoning=reasoning)
 
-    def outputs(self, request_id: str, interrupted) -> Iterator[Delta]:
-        while self.engine.has_unfinished():
-            if interrupted():
-                raise KeyboardInterrupt
-            for output in self.engine.step():
-                if output.request_id != request_id:
-                    continue
+    @staticmethod
+    def outputs(outputs: Iterator[RequestOutput], interrupted) -> Iterator[Delta]:
+        with closing(outputs):  # done, interrupted, or the reader went away: the engine is left idle
+            for output in outputs:
+                if interrupted():
+                    raise KeyboardInterrupt
                 if output.finish_reason == "error":
                     raise ChatError("the engine failed on this reply")
                 if output.reasoning_text or output.text:

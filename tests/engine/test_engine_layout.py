@@ -12,9 +12,10 @@ import sys
 
 from tools.import_graph import ROOT, import_edges, package_modules
 
-# async_encoder: the encoders' counterpart of async_engine (a thread serving many requests).
+# async_encoder: the encoders' counterpart of async_engine (a thread serving many requests);
+# residency: the engine's weights and sleep between requests, which both of those drive.
 ROOT_MODULES = {"engine", "engine.config", "engine.engine", "engine.async_engine", "engine.async_encoder",
-                "engine.rows", "engine.verification"}
+                "engine.rows", "engine.verification", "engine.residency"}
 FOLDERS = {"host", "text", "device", "models", "sampling", "loader"}
 
 
