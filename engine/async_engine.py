@@ -181,6 +181,7 @@ class AsyncEngine:
         if kind == "add":
             self._add(payload)
         elif kind == "abort":
+            self._held = [request for request in self._held if request.request_id != payload]
             output = self.engine.abort(payload)
             if output is not None:
                 self._deliver(output)

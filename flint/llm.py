@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.config import AUTO, EngineConfig, default_num_pages
 from engine.engine import Engine
+from engine.host.heap import settle_after_load
 from engine.host.request import BeamSearchParams as EngineBeams
 from engine.host.request import Request
 from engine.host.request import RequestOutput as EngineOutput
@@ -41,6 +42,10 @@ class LLM:
 
         config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
         self._bind(Engine.from_model(resolve_model(model, download), config))
+        # As `flint serve` does: the loaded engine's objects frozen out of the cyclic
+        # collector's walks, which otherwise took a third of a step's host time at 256
+        # sequences (engine/host/heap.py).
+        settle_after_load()
 
     @classmethod
     def from_engine(cls, engine: Engine) -> LLM:

@@ -236,13 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench_weights import weights_benchmark
 
     add_weights_options(commands.add_parser("weights", help="LLM.update_weights against its roofline and a restart"))
+    from bench_offline import add_options as add_offline_options
+    from bench_offline import offline_benchmark
+
+    add_offline_options(commands.add_parser("offline", help="LLM.generate against flint serve through HTTP"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
      "serve": serve_benchmarks, "structured": structured_benchmark,
      "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark,
-     "weights": weights_benchmark}[args.command](args)
+     "weights": weights_benchmark, "offline": offline_benchmark}[args.command](args)
     return 0
 
 

@@ -4,22 +4,26 @@ Two servers on the embedded SmolLM2 in float32, started side by side with the sa
 devices: one splits the model over all four (its MLP columns and vocabulary divide; its 3
 KV heads do not, so attention stays replicated), the other runs on the first alone. Greedy
 completions through the `openai` SDK must agree token for token, and their logprobs to
-float32 reduction-order noise."""
+float32 reduction-order noise; and again after each took new weights from a checkpoint
+(`POST /v1/update_weights`), re-laid over its devices as served."""
 
 from __future__ import annotations
 
 import os
 import re
 
+import httpx
 import openai
 import pytest
 
 from flint_process import free_port, start_flint, wait_for_health
 
+from engine.loader.source import resolve_model
+
 # Two token buckets (1 and 4), both compiled before /health turns ok: nothing compiles in
 # the background while the completions run (a 32-token bucket cost about 25 s on 2 cores).
 ENGINE_FLAGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "4",
-                "--dtype", "float32", "--quantization", "none", "--no-compilation-cache"]
+                "--dtype", "float32", "--quantization", "none", "--no-compilation-cache", "--allow-runtime-weights"]
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "1, 2, 3, 5, 8,"]
 
@@ -64,3 +68,16 @@ def test_four_devices_answer_as_one(servers):
         assert split.logprobs.tokens == single.logprobs.tokens, prompt
         assert split.text == single.text
         assert split.logprobs.token_logprobs == pytest.approx(single.logprobs.token_logprobs, abs=1e-4)
+
+
+def test_new_weights_are_laid_out_over_the_four_devices_as_served(servers):
+    """The embedded checkpoint again as the new weights: the split server's relayout places
+    each array as the one it replaces, or its compiled steps would refuse the new state."""
+    before = completion(servers[4][0], PROMPTS[0])
+    for base_url, _ in servers.values():
+        response = httpx.post(f"{base_url}/v1/update_weights", json={"path": str(resolve_model(None).path)},
+                              timeout=600)
+        assert response.status_code == 200 and response.json()["weights_version"] == 1, response.text
+    split, single = completion(servers[4][0], PROMPTS[0]), completion(servers[1][0], PROMPTS[0])
+    assert split.text == single.text == before.text
+    assert split.logprobs.token_logprobs == pytest.approx(before.logprobs.token_logprobs, abs=1e-4)

@@ -15,6 +15,8 @@ from loader_files import hf_tensors, write_hf
 
 from engine.config import EngineConfig
 from engine.device.compile_cache import CompileCounter
+from engine.device.multihost import replay
+from engine.device.runner import ModelRunner
 from engine.engine import Engine
 from engine.loader.named_weights import named_of
 from engine.residency import EngineAsleepError
@@ -124,3 +126,27 @@ def test_sleep_releases_memory_and_wake_restores_the_same_outputs(models, tmp_pa
     llm.update_weights(second.params)
     llm.wake_up()
     assert outputs(llm) == expected
+
+
+def test_a_multi_host_follower_replays_the_leader_s_weights_and_sleep(models, tmp_path):
+    """The leader's runner publishes a folder update and the releases (engine/device/
+    residency.py); a follower's runner replaying them holds the very same state. Arrays given
+    in the leader's process are refused: they would never reach the followers."""
+    _, _, first, second = models
+    folder = write_hf(tmp_path / "second", second.config, second.params, "llama")
+    leader, follower = (ModelRunner(first.config, dataclasses.replace(CONFIG, quantization="int8"),
+                                    {**first.params, "layers": dict(first.params["layers"])}) for _ in range(2))
+    published = []
+    leader.publish = published.append
+    leader.load_weights(str(folder))
+    leader.release_kv_cache()
+    leader.restore_kv_cache()
+    with pytest.raises(ValueError, match="by path"):
+        leader.replace_weights(first.params)
+    assert [operation[0] for operation in published] == ["load_weights", "release_kv_cache", "restore_kv_cache"]
+    state = {}
+    for operation in published:
+        replay(follower, operation, state)
+    for mine, theirs in zip(jax.tree.leaves(leader.state), jax.tree.leaves(follower.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+    assert follower.kv_cache is not None
