@@ -10,10 +10,8 @@ import os
 from collections.abc import AsyncIterator, Mapping
 
 from engine.async_engine import DRAIN, AsyncEngine
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.host.heap import settle_after_load
-from flint.llm import served_defaults
+from flint.llm import load_engine
 from flint.outputs import RequestOutput
 from flint.results import Prompt, fold, new_result
 from flint.sampling_params import SamplingParams
@@ -27,14 +25,7 @@ class AsyncLLM:
 
     def __init__(self, model: str | None = None, *, tensor_parallel_size: int = 1, download: bool = False,
                  **engine_options) -> None:
-        from engine.loader.source import resolve_model
-
-        config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
-        self._bind(Engine.from_model(resolve_model(model, download), config))
-        # As `flint serve` does: the loaded engine's objects frozen out of the cyclic
-        # collector's walks, which otherwise took a third of a step's host time at 256
-        # sequences (engine/host/heap.py).
-        settle_after_load()
+        self._bind(load_engine(model, tensor_parallel_size, download, engine_options))
 
     @classmethod
     def from_engine(cls, engine: Engine) -> AsyncLLM:

@@ -38,14 +38,7 @@ class LLM:
 
     def __init__(self, model: str | None = None, *, tensor_parallel_size: int = 1, download: bool = False,
                  **engine_options) -> None:
-        from engine.loader.source import resolve_model
-
-        config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
-        self._bind(Engine.from_model(resolve_model(model, download), config))
-        # As `flint serve` does: the loaded engine's objects frozen out of the cyclic
-        # collector's walks, which otherwise took a third of a step's host time at 256
-        # sequences (engine/host/heap.py).
-        settle_after_load()
+        self._bind(load_engine(model, tensor_parallel_size, download, engine_options))
 
     @classmethod
     def from_engine(cls, engine: Engine) -> LLM:
@@ -191,6 +184,19 @@ class _AbortOnError:
         if kind is not None:  # nothing of this call stays queued behind the error
             for queued in self.owners:
                 self.engine.abort(queued)
+
+
+def load_engine(model: str | None, tensor_parallel_size: int, download: bool, engine_options: dict) -> Engine:
+    """The engine `LLM(...)` and `AsyncLLM(...)` serve, loaded and compiled."""
+    from engine.loader.source import resolve_model
+
+    config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
+    engine = Engine.from_model(resolve_model(model, download), config)
+    # As `flint serve` does: the loaded engine's objects frozen out of the cyclic collector's
+    # walks, which otherwise took a third of a step's host time at 256 sequences
+    # (engine/host/heap.py).
+    settle_after_load()
+    return engine
 
 
 def served_defaults(options: dict) -> dict:

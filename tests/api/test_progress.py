@@ -176,15 +176,21 @@ class Answering:
     tokenizer = SimpleNamespace(encode=lambda text: [1, 2, 3])
 
     def add_request(self, request) -> None:
-        self.steps = [[], [SimpleNamespace(new_token_ids=[], text="")],
-                      [SimpleNamespace(new_token_ids=[7], text="Hello")],
-                      [SimpleNamespace(new_token_ids=[8], text=" world")]]
+        def output(ids, text, finish=None):
+            return SimpleNamespace(request_id=request.request_id, new_token_ids=ids, text=text, logprobs=None,
+                                   prompt_logprobs=None, num_cached_tokens=0, finished=finish is not None,
+                                   finish_reason=finish, stop_reason=None)
+
+        self.steps = [[], [output([], "")], [output([7], "Hello")], [output([8], " world", "length")]]
 
     def has_unfinished(self) -> bool:
         return bool(self.steps)
 
     def step(self) -> list:
         return self.steps.pop(0)
+
+    def abort(self, request_id) -> None:
+        self.steps = []
 
 
 def test_generate_spins_until_the_first_token_and_stdout_is_the_answer_alone(fake_engine, monkeypatch):
