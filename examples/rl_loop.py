@@ -125,8 +125,9 @@ def run(steps: int = 6, learning_rate: float = 0.05, seed: int = 0) -> list[floa
     tokenizer = tokenizer_for(load_checkpoint(None, with_params=False))
     config, params = tiny_policy(tokenizer.vocab_size, seed)
     source = ModelSource(id="tiny-policy", path=None, format="hf", context_length=256)
-    engine_config = EngineConfig(max_model_len=256, max_num_seqs=SAMPLES, max_num_batched_tokens=256,
-                                 num_pages=64 * SAMPLES // 8, token_buckets=(32, 256))
+    # One compiled step shape: the samples' decodes fill it, and prompts go through it in chunks.
+    engine_config = EngineConfig(max_model_len=256, max_num_seqs=SAMPLES, max_num_batched_tokens=SAMPLES,
+                                 num_pages=64 * SAMPLES // 8, token_buckets=(SAMPLES,))
     engine = Engine(Checkpoint(config, jax.tree.map(np.asarray, params), source), tokenizer, engine_config)
     engine.runner.warmup()
     llm = LLM.from_engine(engine)

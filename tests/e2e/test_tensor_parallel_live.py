@@ -73,11 +73,11 @@ def test_four_devices_answer_as_one(servers):
 def test_new_weights_are_laid_out_over_the_four_devices_as_served(servers):
     """The embedded checkpoint again as the new weights: the split server's relayout places
     each array as the one it replaces, or its compiled steps would refuse the new state."""
-    before = completion(servers[4][0], PROMPTS[0])
-    for base_url, _ in servers.values():
-        response = httpx.post(f"{base_url}/v1/update_weights", json={"path": str(resolve_model(None).path)},
-                              timeout=600)
-        assert response.status_code == 200 and response.json()["weights_version"] == 1, response.text
-    split, single = completion(servers[4][0], PROMPTS[0]), completion(servers[1][0], PROMPTS[0])
+    (split_url, _), (single_url, _) = servers[4], servers[1]
+    before = completion(split_url, PROMPTS[0])
+    response = httpx.post(f"{split_url}/v1/update_weights", json={"path": str(resolve_model(None).path)},
+                          timeout=600)
+    assert response.status_code == 200 and response.json()["weights_version"] == 1, response.text
+    split, single = completion(split_url, PROMPTS[0]), completion(single_url, PROMPTS[0])
     assert split.text == single.text == before.text
     assert split.logprobs.token_logprobs == pytest.approx(before.logprobs.token_logprobs, abs=1e-4)

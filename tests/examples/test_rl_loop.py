@@ -17,5 +17,5 @@ def test_the_rl_loop_s_reward_rises_on_weights_updated_in_place():
     spec = importlib.util.spec_from_file_location("rl_loop", EXAMPLE)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    rewards = example.run(steps=6)
-    assert len(rewards) == 6 and rewards[-1] > rewards[0]
+    rewards = example.run(steps=5)
+    assert len(rewards) == 5 and rewards[-1] > rewards[0]
