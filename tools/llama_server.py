@@ -1,4 +1,5 @@
-"""llama.cpp's llama-server for tools/bench.py serve: found, or built once and cached.
+"""llama.cpp's llama-server for tools/bench.py serve, and its llama-quantize for the
+benchmarks' Q4_K_M models: found, or built once (together) and cached.
 
 It is built from the llama.cpp that the llama-cpp-python source distribution vendors, at
 the version the `bench` extra names, so that the HTTP comparison runs the same llama.cpp as
@@ -36,23 +37,47 @@ def cached_llama_server() -> Path:
     return cache / "flint" / "llama-server" / BUILD / "llama-server"
 
 
+TARGETS = ("llama-server", "llama-quantize")  # built and cached together
+
+
 def find_llama_server(path: str | None) -> Path:
     """The binary given, else the cached one, else one built now (about 10 minutes on 2 cores)."""
-    if path:
-        return Path(path)
-    binary = cached_llama_server()
+    return Path(path) if path else cached_or_built("llama-server")
+
+
+def find_llama_quantize() -> Path:
+    """llama.cpp's own quantizer, from the same build as llama-server."""
+    return cached_or_built("llama-quantize")
+
+
+def cached_or_built(target: str) -> Path:
+    binary = cached_llama_server().with_name(target)
     if not binary.is_file():
-        print(f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} into {binary.parent} "
-              f"(once; about 10 minutes on 2 cores)", flush=True)
-        build_llama_server(binary)
+        print(f"building {', '.join(TARGETS)} from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} into "
+              f"{binary.parent} (once; about 10 minutes on 2 cores)", flush=True)
+        build_llama_server(binary.parent)
     return binary
 
 
+def quantized_gguf(source: Path, kind: str = "Q4_K_M") -> Path:
+    """`source` (an F16 or F32 GGUF) quantized to `kind` by llama-quantize, written beside it
+    once (`NAME-Q4_K_M.gguf`)."""
+    destination = source.with_name(f"{source.stem.removesuffix('-f16')}-{kind}.gguf")
+    if destination.is_file():
+        return destination
+    quantize = find_llama_quantize()
+    partial = destination.with_name(destination.name + ".partial")
+    subprocess.run([str(quantize), str(source), str(partial), kind, str(usable_cores())], check=True,
+                   env=llama_server_env(quantize))
+    partial.rename(destination)
+    return destination
+
+
 def build_commands(source: Path, cores: int) -> list[list[str]]:
-    """Configure and build the server target alone. Static, so the binary moves freely;
-    no curl or OpenSSL, so the build needs no development headers."""
+    """Configure and build the server and quantizer targets alone. Static, so the binaries
+    move freely; no curl or OpenSSL, so the build needs no development headers."""
     return [["cmake", "-S", str(source), "-B", str(source / "build"), "-G", "Ninja", *CMAKE_OPTIONS],
-            ["cmake", "--build", str(source / "build"), "--target", "llama-server", "-j", str(cores)]]
+            ["cmake", "--build", str(source / "build"), "--target", *TARGETS, "-j", str(cores)]]
 
 
 def llama_cpp_source(scratch: str | Path) -> Path:
@@ -66,13 +91,14 @@ def llama_cpp_source(scratch: str | Path) -> Path:
     return next(Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp"))
 
 
-def build_llama_server(destination: Path) -> None:
-    """Download the sdist, build, install."""
+def build_llama_server(folder: Path) -> None:
+    """Download the sdist, build, install every target into `folder`."""
     with tempfile.TemporaryDirectory(prefix="flint-llama-") as scratch:
         source = llama_cpp_source(scratch)
         for command in build_commands(source, usable_cores()):
             subprocess.run(command, check=True)
-        install_llama_server(source / "build" / "bin" / "llama-server", destination)
+        for target in TARGETS:
+            install_llama_server(source / "build" / "bin" / target, folder / target)
 
 
 def converted_gguf(model_folder: Path, name: str, python: str) -> Path:

@@ -38,3 +38,23 @@ def test_the_file_loads_as_its_shape_with_smollm2_s_tokenizer(tmp_path, smollm2_
 def test_the_default_shape_is_llama_3_2_1b_s_size():
     count = sum(int(np.prod(dims)) for dims in tensor_shapes(SHAPES["llama-3.2-1b"], 49152).values())
     assert 1.05e9 < count < 1.1e9  # 0.97 B in the layers and 0.10 B of embedding (tied)
+
+
+def test_llama_quantize_is_built_with_llama_server_and_writes_beside_its_source(tmp_path, monkeypatch):
+    """tools/llama_server.py: one build makes both targets; `quantized_gguf` runs the quantizer
+    once, into NAME-Q4_K_M.gguf beside the source (here a stand-in that copies its input)."""
+    import llama_server
+
+    (build,) = [command for command in llama_server.build_commands(tmp_path, 2) if "--build" in command]
+    assert {"llama-server", "llama-quantize"} <= set(build)
+    stand_in = tmp_path / "llama-quantize"
+    stand_in.write_text('#!/bin/sh\ncp "$1" "$2"\necho "$3" >> "$2"\n')
+    stand_in.chmod(0o755)
+    runs = []
+    monkeypatch.setattr(llama_server, "find_llama_quantize", lambda: runs.append(1) or stand_in)
+    source = tmp_path / "llama-1b-f16.gguf"
+    source.write_text("weights\n")
+    for _ in range(2):
+        quantized = llama_server.quantized_gguf(source)
+    assert quantized.name == "llama-1b-Q4_K_M.gguf" and quantized.read_text() == "weights\nQ4_K_M\n"
+    assert runs == [1]  # the second call found it
