@@ -12,6 +12,7 @@ import time
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed updates after the first (default: %(default)s)")
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--model", default=None, help="a GGUF file or checkpoint (default: the embedded SmolLM2)")
 
 
 def weights_benchmark(args: argparse.Namespace) -> None:
@@ -23,9 +24,9 @@ def weights_benchmark(args: argparse.Namespace) -> None:
     from flint import LLM
 
     started = time.perf_counter()
-    llm = LLM(max_model_len=args.max_model_len)
+    llm = LLM(args.model, max_model_len=args.max_model_len)
     restart = time.perf_counter() - started
-    params = jax.device_put(load_checkpoint(None).params)  # as a trainer holds them: arrays on the device
+    params = jax.device_put(load_checkpoint(args.model).params)  # as a trainer holds them: arrays on the device
     read = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
     written = sum(leaf.nbytes for leaf in jax.tree.leaves(llm.engine.runner.state))
 
@@ -40,7 +41,8 @@ def weights_benchmark(args: argparse.Namespace) -> None:
         times = [update() for _ in range(args.repeats)]
     bandwidth = memory_bandwidth(256 * 2**20, 5)
     config = llm.engine.config
-    print(f"update_weights, SmolLM2-135M, quantization {config.quantization}, KV cache "
+    print(f"update_weights, {llm.engine.model_config.num_layers} layers x {llm.engine.model_config.hidden_size}, "
+          f"quantization {config.quantization}, KV cache "
           f"{llm.engine.runner.kv_cache_dtype}, CPU kernels {llm.engine.runner.cpu_kernels}")
     print(f"  first (compiles the relayout): {first:.3f} s; then best {min(times):.3f} s, median "
           f"{sorted(times)[len(times) // 2]:.3f} s over {args.repeats}; {compiled.describe()} after the first")
