@@ -35,8 +35,8 @@ from engine.host.window_output import land_window, lands_by_row
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
-from engine.residency import EngineResidency
 from engine.loader.progress import Progress
+from engine.residency import EngineResidency
 from engine.rows import row_plan
 from engine.text.grammar import GrammarCompiler, accepts_prefix
 from engine.text.reasoning import answer_tokens

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from engine.async_engine import DRAIN, AsyncEngine
 from engine.engine import Engine
-from flint.llm import load_engine
+from flint.loading import EngineHolder
 from flint.outputs import RequestOutput
 from flint.results import Prompt, fold, new_result
 from flint.sampling_params import SamplingParams
@@ -19,19 +19,10 @@ from flint.sampling_params import SamplingParams
 _DONE = object()
 
 
-class AsyncLLM:
-    """`LLM`'s options; `generate` is an async iterator, the weights and sleep calls are
-    coroutines that wait for the requests in flight (`mode` "drain") or end them ("abort")."""
-
-    def __init__(self, model: str | None = None, *, tensor_parallel_size: int = 1, download: bool = False,
-                 **engine_options) -> None:
-        self._bind(load_engine(model, tensor_parallel_size, download, engine_options))
-
-    @classmethod
-    def from_engine(cls, engine: Engine) -> AsyncLLM:
-        llm = cls.__new__(cls)
-        llm._bind(engine)
-        return llm
+class AsyncLLM(EngineHolder):
+    """`LLM`'s options (flint/loading.py), its engine on a thread of its own: `generate` is an
+    async iterator, the weights and sleep calls are coroutines that wait for the requests in
+    flight (`mode` "drain") or end them ("abort")."""
 
     def _bind(self, engine: Engine) -> None:
         self.engine = AsyncEngine(engine)

@@ -13,39 +13,25 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from engine.config import AUTO, EngineConfig, default_num_pages
 from engine.engine import Engine
-from engine.host.heap import settle_after_load
 from engine.host.request import BeamSearchParams as EngineBeams
 from engine.host.request import Request
 from engine.host.request import RequestOutput as EngineOutput
 from flint.beam_search import BeamSearchParams
 from flint.chat import Message, chat_prompt_ids, conversations_of
+from flint.loading import EngineHolder
 from flint.outputs import BeamSearchOutput, RequestOutput
 from flint.progress import progress
 from flint.results import Prompt, beam_output, fold, new_result, per_prompt, prompts_of
 from flint.sampling_params import SamplingParams
 
 
-class LLM:
-    """A model loaded and compiled in this process: `model` as `flint serve --model` takes it
-    (None: the embedded SmolLM2-135M-Instruct), the engine's options by their `flint serve`
-    names (`max_model_len`, `max_num_seqs`, `dtype`, `quantization`, `kv_cache_dtype`, ...),
-    `tensor_parallel_size` for the devices to split over. Unset options take `flint
-    serve`'s defaults (on a CPU and a GGUF file: int8 weights through the native kernels)."""
-
-    def __init__(self, model: str | None = None, *, tensor_parallel_size: int = 1, download: bool = False,
-                 **engine_options) -> None:
-        self._bind(load_engine(model, tensor_parallel_size, download, engine_options))
-
-    @classmethod
-    def from_engine(cls, engine: Engine) -> LLM:
-        """An LLM over an engine already built (tests, tools)."""
-        llm = cls.__new__(cls)
-        llm._bind(engine)
-        return llm
+class LLM(EngineHolder):
+    """A model loaded and compiled in this process (flint/loading.py: the options, as `flint
+    serve` takes them), generating in the calling thread."""
 
     def _bind(self, engine: Engine) -> None:
         self.engine = engine
@@ -90,8 +76,11 @@ class LLM:
                 request.beam = EngineBeams(num_beams=params.beam_width, length_penalty=params.length_penalty)
                 results.append(result)
                 self._add(request, owners, result)
-        self._drive(owners, use_tqdm, lambda result, output: done.update({id(result): beam_output(result, output)})
-                    if output.finished else None)
+        def take(result: RequestOutput, output: EngineOutput) -> None:
+            if output.finished:  # a search's one output, with every hypothesis
+                done[id(result)] = beam_output(result, output)
+
+        self._drive(owners, use_tqdm, take)
         return [done[id(result)] for result in results]
 
     def stream(self, prompt: Prompt, sampling_params: SamplingParams | None = None) -> Iterator[RequestOutput]:
@@ -128,9 +117,16 @@ class LLM:
         self.engine.add_request(request)
         owners[request.request_id] = owner
 
-    def _queued(self, owners: dict):
-        """A context that aborts what it queued if queueing fails part way."""
-        return _AbortOnError(self.engine, owners)
+    @contextmanager
+    def _queued(self, owners: dict) -> Iterator[None]:
+        """Queueing a call's requests: if it fails part way, what it queued is aborted, so
+        nothing of the call stays behind the error."""
+        try:
+            yield
+        except BaseException:
+            for queued in owners:
+                self.engine.abort(queued)
+            raise
 
     def _drive(self, owners: dict, use_tqdm: bool, take: Callable[[Any, EngineOutput], None]) -> None:
         with progress(len(owners), use_tqdm and sys.stderr.isatty()) as advance:
@@ -171,41 +167,3 @@ class LLM:
 
     def reset_prefix_cache(self) -> None:
         self.engine.residency.reset_prefix_cache()
-
-
-class _AbortOnError:
-    def __init__(self, engine: Engine, owners: dict) -> None:
-        self.engine, self.owners = engine, owners
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, *_) -> None:
-        if kind is not None:  # nothing of this call stays queued behind the error
-            for queued in self.owners:
-                self.engine.abort(queued)
-
-
-def load_engine(model: str | None, tensor_parallel_size: int, download: bool, engine_options: dict) -> Engine:
-    """The engine `LLM(...)` and `AsyncLLM(...)` serve, loaded and compiled."""
-    from engine.loader.source import resolve_model
-
-    config = EngineConfig(mesh_shape=(tensor_parallel_size,), **served_defaults(engine_options))
-    engine = Engine.from_model(resolve_model(model, download), config)
-    # As `flint serve` does: the loaded engine's objects frozen out of the cyclic collector's
-    # walks, which otherwise took a third of a step's host time at 256 sequences
-    # (engine/host/heap.py).
-    settle_after_load()
-    return engine
-
-
-def served_defaults(options: dict) -> dict:
-    """`options` with what `flint serve` chooses where they are silent: the quantization for
-    the checkpoint and the backend (auto), and KV pages for an eighth of every sequence."""
-    options = {"quantization": AUTO, **options}
-    if "num_pages" not in options:
-        defaults = EngineConfig()
-        options["num_pages"] = default_num_pages(options.get("max_model_len", defaults.max_model_len),
-                                                 options.get("max_num_seqs", defaults.max_num_seqs),
-                                                 options.get("page_size", defaults.page_size))
-    return options

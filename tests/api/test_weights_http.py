@@ -125,29 +125,30 @@ def stream_in_background(client: httpx.Client) -> tuple[threading.Thread, dict, 
     return thread, seen, started
 
 
-def test_drain_finishes_requests_in_flight_on_the_old_weights(world):
+def update_during_a_stream(world, mode: str) -> dict:
+    """The first weights served, a long stream started on them, the second weights posted
+    with `mode` while it runs; what the stream saw, once it ended."""
     client, folders, *_ = world
     update(client, folders["first"])
     thread, seen, started = stream_in_background(client)
     assert started.wait(60)
-    assert update(client, folders["second"], "drain").status_code == 200
+    assert update(client, folders["second"], mode).status_code == 200
     thread.join(60)
+    assert completion_text(client) == expected(world, "second")
+    return seen
+
+
+def test_drain_finishes_requests_in_flight_on_the_old_weights(world):
+    seen = update_during_a_stream(world, "drain")
     assert seen["error"] is None and seen["finish"] == "length"
     assert seen["text"] == expected(world, "first", LONG)  # every token from the weights it started on
-    assert completion_text(client) == expected(world, "second")
 
 
 def test_abort_ends_requests_in_flight_with_a_clear_error(world):
-    client, folders, *_ = world
-    update(client, folders["first"])
-    thread, seen, started = stream_in_background(client)
-    assert started.wait(60)
-    assert update(client, folders["second"], "abort").status_code == 200
-    thread.join(60)
+    seen = update_during_a_stream(world, "abort")
     assert seen["finish"] is None and "aborted" in seen["error"]["message"]
     full = expected(world, "first", LONG)
     assert seen["text"] and full.startswith(seen["text"]) and seen["text"] != full
-    assert completion_text(client) == expected(world, "second")
 
 
 def test_requests_while_asleep_are_503s_with_retry_after_until_wake_up(world):
