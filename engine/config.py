@@ -10,7 +10,10 @@ import math
 import os
 from dataclasses import dataclass
 
-QUANTIZATIONS = ("none", "int8", "fp8")  # of the layers' weights (engine/device/weights.py, fp8.py)
+# Of the layers' weights (engine/device/weights.py, fp8.py); gguf: a GGUF file's own blocks
+# (engine/loader/gguf_blocks.py), its other tensors as int8.
+QUANTIZATIONS = ("none", "int8", "fp8", "gguf")
+INTEGER_QUANTIZATIONS = ("int8", "gguf")  # served as Int8Weights (engine/device/weights.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu", "native_cpu")  # engine/device/attention's implementations
 CPU_KERNELS = (AUTO, "native", "jnp")  # engine/device/native: the native CPU kernels, or the jnp path
@@ -135,7 +138,7 @@ class EngineConfig:
     num_pages: int = 1024  # pages in the KV cache, page 0 included (it is the null page)
     token_buckets: tuple[int, ...] = ()  # empty: default_token_buckets(max_num_batched_tokens)
     dtype: str = AUTO  # compute and cache dtype; auto: float32 on CPU, bfloat16 on GPUs (resolved in Engine)
-    quantization: str = "none"  # "int8", "fp8": the layer weights' (engine/device/weights.py); "auto" resolves in Engine
+    quantization: str = "none"  # "int8", "fp8", "gguf": the layer weights' (engine/device/weights.py); "auto" resolves in Engine
     # The KV cache's dtype: float32, bfloat16, or auto (engine/device/kv_cache.py kv_cache_dtype).
     kv_cache_dtype: str = AUTO
     mesh_shape: tuple[int, ...] = (1,)  # devices along the tensor-parallel axis

@@ -101,6 +101,7 @@ class Engine:
         `params` are then not read)."""
         config = self.config = served_config(config, checkpoint.source)
         self.model_config = checkpoint.config
+        self.weight_formats = checkpoint.formats  # a GGUF file's projections as read (engine/loader/gguf_blocks.py)
         self.tokenizer = tokenizer
         self.runner = ModelRunner(checkpoint.config, config, checkpoint.params, mesh, served)
         self.block_manager = BlockManager(config.num_pages, config.page_size, config.enable_prefix_caching,

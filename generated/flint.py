@@ -1384,6 +1384,13 @@ class MemoryInUse(BaseModel):
     process_resident_bytes: int
 
 
+class HealthWeightFallback(BaseModel):
+    tensor: Annotated[str, Field(description="The GGUF tensor's name.")]
+    reason: Annotated[
+        str, Field(description="Why it is not served from its own blocks.")
+    ]
+
+
 class HealthBuckets(BaseModel):
     """
     The engine's token buckets, the step shapes compiled ahead. A single process turns healthy with the essential ones and compiles the rest in the background; until a bucket is compiled, steps that fit it are padded into a larger one (correct, only slower). A multi-host group compiles every bucket before it turns healthy.
@@ -2097,14 +2104,29 @@ class SleepState(BaseModel):
     memory_before: MemoryInUse | None = None
 
 
-class HealthResponse(BaseModel):
+class HealthWeights(BaseModel):
     """
-    Server readiness. Once the engine has loaded, also how it serves: a server that serves slower than it should (buckets left uncompiled, attention on the fallback path) still says `ok`, and these say why.
+    How the layers' weights are served: `--quantization` resolved, and for a GGUF file served from its own blocks (`gguf`), the tensors read as their own format by type, and each one that fell back to int8, with why.
     """
 
-    status: HealthStatus
-    buckets: HealthBuckets | None = None
-    attention: HealthAttention | None = None
+    quantization: Annotated[
+        str,
+        Field(
+            description="The layers' quantization in use (`none`, `int8`, `fp8` or `gguf`)."
+        ),
+    ]
+    kept: Annotated[
+        dict[str, int],
+        Field(
+            description="GGUF tensors served from their own blocks, by ggml type (`Q4_K`, `Q6_K`, ...)."
+        ),
+    ]
+    fell_back: Annotated[
+        list[HealthWeightFallback],
+        Field(
+            description="GGUF tensors read as float32 and served as int8, where their own blocks were asked for."
+        ),
+    ]
 
 
 class InputContent(RootModel[InputTextContent | InputImageContent | InputFileContent]):
@@ -2307,6 +2329,17 @@ class RerankResponse(BaseModel):
     results: list[RerankResult]
     usage: RerankUsage | None = None
     meta: RerankMeta | None = None
+
+
+class HealthResponse(BaseModel):
+    """
+    Server readiness. Once the engine has loaded, also how it serves: a server that serves slower than it should (buckets left uncompiled, attention on the fallback path) still says `ok`, and these say why.
+    """
+
+    status: HealthStatus
+    buckets: HealthBuckets | None = None
+    attention: HealthAttention | None = None
+    weights: HealthWeights | None = None
 
 
 class MessageContentPart(

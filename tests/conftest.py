@@ -91,6 +91,13 @@ def smollm2_checkpoint() -> Checkpoint:
 
 
 @pytest.fixture(scope="session")
+def smollm2_blocks_checkpoint() -> Checkpoint:
+    """The embedded model as `flint serve` reads it on a CPU: its layers' own Q4_1 blocks
+    and its Q8_0 embedding (engine/loader/gguf_blocks.py)."""
+    return load_checkpoint(None, blocks=True)
+
+
+@pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_checkpoint):
     return tokenizer_for(smollm2_checkpoint)
 

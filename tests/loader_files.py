@@ -221,8 +221,9 @@ def add_family_keys(writer: gguf.GGUFWriter, c: ModelConfig, arch: str) -> None:
 
 def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
                qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
-               skip: tuple[str, ...] = (), extra: dict | None = None) -> Path:
-    """A GGUF file as llama.cpp would write it; matrices in `qtype`, vectors in F32."""
+               skip: tuple[str, ...] = (), extra: dict | None = None, raw: tuple[dict, dict] | None = None) -> Path:
+    """A GGUF file as llama.cpp would write it; matrices in `qtype`, vectors in F32; `raw`:
+    (name -> a tensor's raw blocks [out, bytes], name -> its ggml type) added as they are."""
     writer = gguf.GGUFWriter(str(path), arch=GGUF_ARCHITECTURES.get(arch, arch))
     c = config
     writer.add_block_count(c.num_layers)
@@ -250,6 +251,8 @@ def write_gguf(path: Path, config: ModelConfig, params: dict, arch: str,
             writer.add_tensor(name, array.astype(np.float16))
         else:
             writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
+    for name, blocks in (raw or ({}, {}))[0].items():
+        writer.add_tensor(name, blocks, raw_dtype=raw[1][name])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -7,14 +7,15 @@ from litestar import Response, get
 from litestar.datastructures import State
 
 from api.server.engine_health import EngineHealth
-from generated.flint import HealthAttention, HealthBuckets, HealthResponse
+from generated.flint import HealthAttention, HealthBuckets, HealthResponse, HealthWeightFallback, HealthWeights
 
 
 @get("/health", sync_to_thread=False)
 def health(state: State) -> Response[dict]:
     phase = state.server.phase
     engine = state.lifecycle.engine_health()
-    details = {} if engine is None else {"buckets": buckets_body(engine), "attention": attention_body(engine)}
+    details = {} if engine is None else {"buckets": buckets_body(engine), "attention": attention_body(engine),
+                                         "weights": weights_body(engine)}
     # Unset, not null: before the engine has loaded there is nothing to say of it.
     body = HealthResponse(status=phase, **details).model_dump(mode="json", exclude_unset=True)
     return Response(body, status_code=200 if phase == "ok" else 503)
@@ -29,3 +30,11 @@ def attention_body(engine: EngineHealth) -> HealthAttention:
     choice = engine.attention
     return HealthAttention(requested=choice.requested, in_use=choice.in_use, fell_back=choice.fallback is not None,
                            reason=choice.fallback)
+
+
+def weights_body(engine: EngineHealth) -> HealthWeights:
+    formats = engine.formats
+    kept = {} if formats is None else dict(formats.kept)
+    fell_back = [] if formats is None else [HealthWeightFallback(tensor=tensor, reason=reason)
+                                           for tensor, reason in formats.fell_back.items()]
+    return HealthWeights(quantization=engine.quantization, kept=kept, fell_back=fell_back)

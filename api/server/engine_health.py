@@ -3,14 +3,16 @@
 Two things leave a server that answers correctly but slower than it should, and used to
 show only in its log: token buckets that a failed background compile left uncompiled (steps
 that fit them are padded into a larger bucket, for good), and attention that fell back from
-the kernel `auto` chose to the jnp reference (engine/device/attention)."""
+the kernel `auto` chose to the jnp reference (engine/device/attention). A GGUF file's
+tensors served as int8 rather than their own blocks (no kernel for their type) are a third."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.device.attention import AttentionChoice
-from engine.device.runner import ModelRunner
+from engine.engine import Engine
+from engine.loader.gguf_blocks import WeightFormats
 
 
 @dataclass
@@ -33,12 +35,15 @@ class EngineHealth:
     compiling: bool
     compile_error: str | None
     attention: AttentionChoice
+    quantization: str  # the layers' (EngineConfig.quantization, resolved)
+    formats: WeightFormats | None  # a GGUF file's projections as read (engine/loader/gguf_blocks.py)
 
     @property
     def compiled(self) -> tuple[int, ...]:
         return tuple(bucket for bucket in self.buckets if bucket not in self.missing)
 
 
-def engine_health(runner: ModelRunner, background: BackgroundCompile) -> EngineHealth:
+def engine_health(engine: Engine, background: BackgroundCompile) -> EngineHealth:
+    runner = engine.runner
     return EngineHealth(runner.config.token_buckets, runner.remaining_buckets(), background.running,
-                        background.error, runner.attention_choice)
+                        background.error, runner.attention_choice, engine.config.quantization, engine.weight_formats)

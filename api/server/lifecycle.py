@@ -182,7 +182,7 @@ class EngineLifecycle:
     def engine_health(self) -> EngineHealth | None:
         """How the engine serves (buckets, attention); None until it has loaded."""
         engine = self.server.engine
-        return None if engine is None else engine_health(engine.engine.runner, self.background)
+        return None if engine is None else engine_health(engine.engine, self.background)
 
     def _build(self, settings: Settings) -> AsyncEngine:
         """(In the loading thread.) The engine, and what the API measures of its tokenizer."""

@@ -94,9 +94,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "sequences of an eighth of --max-model-len each, and for one full-length one)")
     add_device_arguments(serve)
     serve.add_argument("--quantization", default=AUTO, choices=(AUTO, *QUANTIZATIONS),
-                       help="weights of the layers: int8 (a quarter of float32's bytes, widened as they are "
-                            "read) or none (the compute dtype); auto: int8 on CPU for GGUF files, none "
-                            "otherwise (default: %(default)s)")
+                       help="weights of the layers: gguf (a GGUF file's own blocks, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K "
+                            "and Q6_K, read in place; other types as int8), int8 (a quarter of float32's bytes, "
+                            "widened as they are read), fp8, or none (the compute dtype); auto: gguf on CPU for "
+                            "GGUF files, none otherwise (default: %(default)s)")
     serve.add_argument("--no-prefix-caching", action="store_true",
                        help="do not reuse KV pages of shared prompt prefixes")
     serve.add_argument("--speculative", default=engine.speculative, choices=SPECULATIVE,

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
-from engine.config import AUTO, FLOAT8_KV, FLOAT8_VALUES, EngineConfig, ModelConfig
+from engine.config import AUTO, FLOAT8_KV, FLOAT8_VALUES, INTEGER_QUANTIZATIONS, EngineConfig, ModelConfig
 from engine.device.native import ops as native_ops
 from engine.device.sharding import kv_cache_sharding, layer_kv_cache_sharding
 
@@ -125,7 +125,7 @@ def kv_cache_dtype(engine: EngineConfig, native_cpu: bool) -> str:
     there to ask for."""
     if engine.kv_cache_dtype != AUTO:
         return engine.kv_cache_dtype
-    native_int8 = native_cpu and engine.quantization == "int8" and engine.dtype == "float32"
+    native_int8 = native_cpu and engine.quantization in INTEGER_QUANTIZATIONS and engine.dtype == "float32"
     return FLOAT8_VALUES if native_int8 else engine.dtype
 
 

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device.fp8 import Fp8Weight
-from engine.device.weights import is_served_weight, served_axes
+from engine.device.weights import Int8Weight, is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
 TENSOR_AXIS = "tp"
@@ -66,10 +66,15 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
     specs = param_specs(config)
 
     def sharding_for(spec: ParamSpec, param=None):
-        """An FP8 checkpoint's weight (engine/device/fp8.py) has its scales split as its values."""
+        """An FP8 checkpoint's weight (engine/device/fp8.py) has its scales split as its values,
+        and a GGUF file's blocks (an Int8Weight) its scales and offsets."""
         if isinstance(param, Fp8Weight):
             scales = NamedSharding(mesh, partition_spec(param.scales.shape, spec.axes, mesh))
             return Fp8Weight(sharding_for(spec), scales)
+        if isinstance(param, Int8Weight):  # a GGUF file's blocks: scales and offsets split as the values
+            groups = lambda part: None if part is None else NamedSharding(mesh, partition_spec(part.shape, spec.axes,
+                                                                                               mesh))
+            return Int8Weight(sharding_for(spec), groups(param.scales), groups(param.mins), param.bits)
         return NamedSharding(mesh, partition_spec(spec.shape, spec.axes, mesh))
 
     shardings = {name: sharding_for(specs[name], params[name]) for name in params

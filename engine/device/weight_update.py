@@ -1,6 +1,6 @@
 """New weights re-laid into a running model's served state on its devices, with no new
-step program: the served layout (fused projections, int8 or FP8 where served, the native
-kernels' blocks, stacked or per-layer arrays) is made by one jitted function from the
+step program: the served layout (fused projections, int8 or FP8 where served, a GGUF
+file's block forms, the native kernels' blocks, stacked or per-layer arrays) is made by one jitted function from the
 checkpoint's layout, with each output placed as the state it replaces is, so the step
 executables compiled for that state take the new one as they took the old.
 
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 import jax
 
-from engine.device.weights import is_lora_slots, serving_weights
+from engine.device.native.ops import PackedWeight
+from engine.device.weights import Int8Weight, is_lora_slots, quantize_into, serving_weights
 from engine.loader.named_weights import NAMED, checked_update, tree_of
 
 
@@ -40,15 +41,46 @@ class WeightRelayout:
     def _program(self, form: str, example: dict):
         runner = self.runner
 
+        gguf = runner.config.quantization == "gguf"
+        forms = integer_forms(runner.state) if gguf else {}
+
         def relayout(weights: dict) -> dict:
             tree = tree_of(runner.model_config, weights) if form == NAMED else weights
-            served = serving_weights(runner.model_config, tree, runner.config.dtype, runner.config.quantization)
-            return runner.decoder.state_of(served)
+            # Under gguf each weight is quantized into the form it is served in (a file's own
+            # blocks: 4-bit with offsets, groups of 16, ...), so the steps take it as they are.
+            quantization = "none" if gguf else runner.config.quantization
+            served = serving_weights(runner.model_config, tree, runner.config.dtype, quantization)
+            return runner.decoder.state_of(in_forms(served, forms))
 
         # Each output placed as the leaf it replaces is (sharded as served).
         shapes = jax.eval_shape(relayout, example)
         placed = jax.tree_util.tree_map_with_path(lambda path, _: leaf_at(self.shardings, path), shapes)
         return jax.jit(relayout, out_shardings=placed)
+
+
+def integer_forms(state: dict) -> dict:
+    """The (bits, groups, offsets) of each integer weight of a served state, by its place:
+    name, or ("layers", name)."""
+    def form(weight):
+        if isinstance(weight, PackedWeight) and weight.scales is not None:
+            return weight.bits, weight.scales.shape[-2], weight.mins is not None
+        if isinstance(weight, Int8Weight):
+            return weight.bits, weight.scales.shape[-1], weight.mins is not None
+        return None
+
+    forms = {name: form(weight) for name, weight in state.items() if name != "layers"}
+    forms.update({("layers", name): form(weight) for name, weight in state["layers"].items()})
+    return {place: value for place, value in forms.items() if value is not None}
+
+
+def in_forms(served: dict, forms: dict) -> dict:
+    """The served weights with each one `forms` names quantized into its form."""
+    def into(place, weight):
+        return weight if place not in forms else quantize_into(weight, *forms[place])
+
+    weights = {name: into(name, weight) for name, weight in served.items() if name != "layers"}
+    weights["layers"] = {name: into(("layers", name), weight) for name, weight in served["layers"].items()}
+    return weights
 
 
 def kept_beside(fresh: dict, served: dict) -> dict:

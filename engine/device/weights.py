@@ -25,13 +25,14 @@ factors are small.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from engine.config import AUTO, QUANTIZATIONS, ModelConfig
+from engine.config import AUTO, INTEGER_QUANTIZATIONS, QUANTIZATIONS, ModelConfig
 from engine.device.fp8 import Fp8Weight, default_per_token_activations, quantize_fp8, widened_groups
 
 # Served name -> the checkpoint names it concatenates (along the output rows), in order.
@@ -75,10 +76,15 @@ HEAD_GROUP_SIZE = 32
 @jax.tree_util.register_dataclass
 @dataclass
 class Int8Weight:
-    """A matrix [..., out, in] as int8 values and a float32 scale per group of inputs."""
+    """A matrix [..., out, in] as small integers and a float32 scale per group of inputs:
+    weight = value x scale (+ min, where a GGUF block format has offsets:
+    engine/loader/gguf_blocks.py). `bits` 4: the values fit in 4 bits (-8..7 without
+    offsets, 0..15 with them), which the native kernels keep two a byte."""
 
     values: jax.Array  # int8 [..., out, in]
     scales: jax.Array  # float32 [..., out, in // group]
+    mins: jax.Array | None = None  # float32 [..., out, in // group], or None
+    bits: int = field(default=8, metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -101,11 +107,83 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
     return Int8Weight(values=values.reshape(matrix.shape), scales=scales)
 
 
+@partial(jax.jit, static_argnames=("bits", "groups", "offsets"))
+def quantize_into(matrix, bits: int, groups: int, offsets: bool) -> Int8Weight:
+    """`matrix` as an Int8Weight of a given form (a served GGUF weight's: new weights for a
+    model served from its blocks, engine/device/weight_update.py): `groups` a row; with
+    `offsets` each group from its least value in 2^bits - 1 steps (4 bits) or 127 (int8),
+    else symmetric: 7 steps a side (4 bits, -8 unused) or 127."""
+    width = matrix.shape[-1]
+    grouped = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], groups, width // groups)
+    if offsets:
+        low, high = grouped.min(axis=-1), grouped.max(axis=-1)
+        levels = 15 if bits == 4 else 127
+        scales = (high - low) / levels
+        q = jnp.round((grouped - low[..., None]) / jnp.where(scales > 0, scales, 1.0)[..., None])
+        values, mins = jnp.clip(q, 0, levels), low
+    else:
+        levels = 7 if bits == 4 else 127
+        scales = jnp.max(jnp.abs(grouped), axis=-1) / levels
+        values, mins = jnp.clip(jnp.round(grouped / jnp.where(scales > 0, scales, 1.0)[..., None]), -levels, levels), None
+    return Int8Weight(values=values.astype(jnp.int8).reshape(matrix.shape), scales=scales, mins=mins, bits=bits)
+
+
 def dequantize(weight, dtype=jnp.float32) -> jax.Array:
     """The matrix a weight stands for, in `dtype` (a float weight is returned as it is)."""
     if not isinstance(weight, (Int8Weight, Fp8Weight)):
         return weight
-    return widened_groups(weight.values, weight.scales, dtype)
+    matrix = widened_groups(weight.values, weight.scales, dtype)
+    if getattr(weight, "mins", None) is None:
+        return matrix
+    return matrix + widened_groups(jnp.ones_like(weight.values, dtype), weight.mins, dtype)
+
+
+# Int8Weights of different forms made one, exactly, so they stack (over layers) or
+# concatenate (q|k|v, gate|up): a GGUF Q4_K_M file holds Q4_K and Q6_K tensors side by side
+# (attn_v and ffn_down in Q6_K in some layers), and a stack or a fused matrix is one form.
+# A form is (bits, groups, offsets). The common one: the finest groups among them (a
+# coarser group's scale repeated over its finer parts), offsets where any has them (zero
+# for the others), 4 bits only where all are 4-bit of one kind (the same signedness), else
+# int8, which holds every kept format's values. Nothing is rounded: each weight stands for
+# the same numbers after.
+
+def alike(weights: list) -> list:
+    """`weights` in one form (see the module). Where some are plain arrays (a tensor of a
+    type with no kernel, read as float32) they are all made plain arrays."""
+    if not any(isinstance(weight, Int8Weight) for weight in weights):
+        return weights
+    if not all(isinstance(weight, Int8Weight) for weight in weights):
+        return [_plain(weight) for weight in weights]
+    groups = max(weight.scales.shape[-1] for weight in weights)
+    offsets = any(weight.mins is not None for weight in weights)
+    kinds = {(weight.bits, weight.mins is None) for weight in weights}
+    bits = weights[0].bits if len(kinds) == 1 else 8
+    return [in_form(weight, groups, offsets, bits) for weight in weights]
+
+
+def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int) -> Int8Weight:
+    """`weight` with `groups` groups a row (a multiple of its own), offsets where `offsets`,
+    marked as `bits` (no fewer than its own)."""
+    xp = np if isinstance(weight.values, np.ndarray) else jnp
+    factor = groups // weight.scales.shape[-1]
+    if factor * weight.scales.shape[-1] != groups:
+        raise ValueError(f"groups of {weight.scales.shape[-1]} and {groups} a row have no common refinement")
+    finer = lambda array: array if factor == 1 else xp.repeat(array, factor, axis=-1)
+    mins = weight.mins if weight.mins is not None or not offsets else xp.zeros_like(weight.scales)
+    return Int8Weight(values=weight.values, scales=finer(weight.scales),
+                      mins=None if mins is None else finer(mins), bits=max(bits, weight.bits))
+
+
+def concatenated(weights: list, axis: int):
+    """`weights` (arrays or Int8Weights) concatenated along `axis`, leaf by leaf."""
+    return jax.tree.map(lambda *leaves: jnp.concatenate([jnp.asarray(leaf) for leaf in leaves], axis=axis),
+                        *alike(weights))
+
+
+def _plain(weight):
+    if not isinstance(weight, Int8Weight):
+        return weight
+    return np.asarray(dequantize(weight)) if isinstance(weight.values, np.ndarray) else dequantize(weight)
 
 
 def resolve_dtype(requested: str) -> str:
@@ -119,54 +197,63 @@ def resolve_dtype(requested: str) -> str:
 
 def resolve_quantization(requested: str, source_format: str, published: str = "none") -> str:
     """`requested`, or for "auto": the checkpoint's own FP8 where it was `published` in FP8;
-    int8 on a CPU backend for a GGUF checkpoint; else none.
+    on a CPU backend, a GGUF checkpoint's own blocks (gguf: engine/loader/gguf_blocks.py);
+    else none.
 
     A GGUF file's weights are usually stored at 8 bits or fewer already (the embedded
-    SmolLM2 at 4), and the quality gate in tests/engine/test_quantization.py holds for the
-    embedded model; a one-token CPU step is bound by the bytes of weights it reads. On
-    GPUs and for float checkpoints, auto keeps the checkpoint's precision."""
+    SmolLM2 at 4), and a one-token CPU step is bound by the bytes of weights it reads: its
+    own blocks are the fewest, and exactly the checkpoint's numbers (requantizing them to
+    int8 moved them, and doubled the bytes). On GPUs and for float checkpoints, auto keeps
+    the checkpoint's precision."""
     if requested != AUTO:
         return requested
     if published == "fp8":
         return "fp8"
-    return "int8" if jax.default_backend() == "cpu" and source_format == "gguf" else "none"
+    return "gguf" if jax.default_backend() == "cpu" and source_format == "gguf" else "none"
 
 
 def fuse_layers(layers: dict) -> dict:
     """The layer weights with q/k/v (and their biases) and gate/up concatenated (an FP8
-    checkpoint's values and scales alike: both run along the output rows)."""
+    checkpoint's values and scales alike: both run along the output rows; a GGUF file's
+    blocks of different formats made one form first)."""
     fused = dict(layers)
     for served, parts in FUSED.items():
         if all(part in fused for part in parts):
-            arrays = [fused.pop(part) for part in parts]
-            fused[served] = jax.tree.map(lambda *leaves: jnp.concatenate([jnp.asarray(leaf) for leaf in leaves],
-                                                                         axis=1), *arrays)
+            fused[served] = concatenated([fused.pop(part) for part in parts], axis=1)
     return fused
 
 
 def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization: str = "none") -> dict:
-    """The served pytree for checkpoint `params` (host or device arrays), in `dtype`."""
+    """The served pytree for checkpoint `params` (host or device arrays), in `dtype`. Under
+    gguf the layers' Int8Weights (a GGUF file's blocks) are served as they are, and a
+    projection read as float32 (a type without a kernel) as int8."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
+    blocks = quantization == "gguf"
     layers = fuse_layers(params["layers"])
-    weights = {name: _served(value, dtype, False) for name, value in params.items() if name != "layers"}
+    weights = {name: _served(value, dtype, False, blocks) for name, value in params.items() if name != "layers"}
     # A mixture of experts' experts stay in `dtype`.
-    weights["layers"] = {name: _served(value, dtype, name in QUANTIZED_LAYER_WEIGHTS and quantization == "fp8")
-                         for name, value in layers.items()}
-    if quantization == "int8":
+    weights["layers"] = {name: _served(value, dtype, name in QUANTIZED_LAYER_WEIGHTS and quantization == "fp8",
+                                       blocks) for name, value in layers.items()}
+    if quantization in INTEGER_QUANTIZATIONS:
         for name in QUANTIZED_LAYER_WEIGHTS:
-            if name in weights["layers"]:
+            if name in weights["layers"] and not isinstance(weights["layers"][name], Int8Weight):
                 weights["layers"][name] = quantize_int8(weights["layers"][name])
     return weights
 
 
-def _served(value, dtype: str, fp8: bool):
+def _served(value, dtype: str, fp8: bool, blocks: bool):
     """One checkpoint weight as served: e4m3 where `fp8` (a published FP8 weight as it is),
-    else in `dtype` (a published FP8 weight widened)."""
+    a GGUF file's blocks as they are where `blocks`, else in `dtype` (a published FP8
+    weight or a GGUF file's blocks widened)."""
     if fp8 and isinstance(value, Fp8Weight):
         return Fp8Weight(jnp.asarray(value.values), jnp.asarray(value.scales), default_per_token_activations())
+    if isinstance(value, Int8Weight) and blocks:
+        return jax.tree.map(jnp.asarray, value)
+    if isinstance(value, Int8Weight) and not fp8:
+        return dequantize(jax.tree.map(jnp.asarray, value), dtype)
     if fp8:
-        return quantize_fp8(jnp.asarray(value), default_per_token_activations())  # from the checkpoint's values
+        return quantize_fp8(jnp.asarray(dequantize(value)), default_per_token_activations())  # from its values
     return dequantize(value, dtype) if isinstance(value, Fp8Weight) else jnp.asarray(value).astype(dtype)
 
 

@@ -21,17 +21,20 @@ class Checkpoint:
     `params` follows engine/models/params.py: float32 NumPy arrays, or jax Arrays when loaded with
     shardings. `gguf_fields` keeps a GGUF file's parsed metadata (GGUFReader.fields), so
     the tokenizer can build itself from it without parsing the file a second time (about
-    2 s for SmolLM2's vocabulary); it is None for other formats.
+    2 s for SmolLM2's vocabulary); it is None for other formats. `formats`: what a GGUF
+    file's projections were read as where its blocks were kept (engine/loader/gguf_blocks.py).
     """
 
     config: ModelConfig
     params: dict
     source: ModelSource
     gguf_fields: Mapping[str, Any] | None = None
+    formats: Any = None  # engine.loader.gguf_blocks.WeightFormats
 
 
 def load_checkpoint(source: ModelSource | str | Path | None = None,
-                    shardings: Any = None, with_params: bool = True, progress: Progress | None = None) -> Checkpoint:
+                    shardings: Any = None, with_params: bool = True, progress: Progress | None = None,
+                    blocks: bool = False) -> Checkpoint:
     """Load the checkpoint at `source`: a path, a resolved ModelSource, or None (the embedded model).
 
     Without `shardings` the weights are host NumPy arrays. With them (a pytree of Shardings
@@ -43,6 +46,8 @@ def load_checkpoint(source: ModelSource | str | Path | None = None,
     GGUF or Hugging Face checkpoint's config and tokenizer metadata are read, its weights
     not, and `params` is None.
     `progress` is told the weights read (engine/loader/progress.py).
+    `blocks`: a GGUF file's projections of the kept types as their own blocks
+    (engine/loader/gguf_blocks.py: Int8Weights), the rest float32 (quantization gguf).
     Raises ValueError naming the architecture, setting or weight it cannot load.
     """
     if not isinstance(source, ModelSource):
@@ -50,7 +55,8 @@ def load_checkpoint(source: ModelSource | str | Path | None = None,
     if source.format == "orbax":
         checkpoint = _load_orbax(source, shardings, progress)
     else:
-        checkpoint = {"gguf": _load_gguf, "hf": _load_hf}[source.format](source, with_params, progress)
+        checkpoint = (_load_gguf(source, with_params, progress, blocks) if source.format == "gguf"
+                      else _load_hf(source, with_params, progress))
     if checkpoint.params is None:
         return checkpoint
     check_params(checkpoint.config, checkpoint.params)
@@ -79,16 +85,20 @@ def _place(config: ModelConfig, params: dict, shardings: Any) -> dict:
     return jax.tree.unflatten(treedef, placed)
 
 
-def _load_gguf(source: ModelSource, with_params: bool, progress: Progress | None) -> Checkpoint:
+def _load_gguf(source: ModelSource, with_params: bool, progress: Progress | None, blocks: bool) -> Checkpoint:
     from engine.loader.gguf import config_from_gguf, load_gguf_params, read_gguf
+    from engine.loader.gguf_blocks import WeightFormats
 
     reader = read_gguf(source.path)
     config = config_from_gguf(reader.fields, {t.name for t in reader.tensors})
-    params = load_gguf_params(reader, config, progress) if with_params else None
+    formats = WeightFormats() if blocks and with_params else None
+    params = load_gguf_params(reader, config, progress, formats) if with_params else None
+    if formats is not None:
+        formats.log()
     # The parsed header (and its views of the mapped file, ~200 MB resident for SmolLM2)
     # lives on only as long as this checkpoint's `gguf_fields`, not for the process.
     read_gguf.cache_clear()
-    return Checkpoint(config, params, source, gguf_fields=reader.fields)
+    return Checkpoint(config, params, source, gguf_fields=reader.fields, formats=formats)
 
 
 def _load_hf(source: ModelSource, with_params: bool, progress: Progress | None) -> Checkpoint:

@@ -19,13 +19,18 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import gguf
+import jax
 import numpy as np
 
 from engine.config import LINEAR, ModelConfig, RopeScaling
 from engine.models import family_for_gguf, family_of
 from engine.models.family import TensorNames
 from engine.models.params import param_specs
+from engine.loader.gguf_blocks import HEAD_BLOCKS, KEPT_LAYER_WEIGHTS, LAYER_BLOCKS, WeightFormats, blocks_of, \
+    kept_or_reason
 from engine.loader.progress import WEIGHTS, Progress, StageCount
+
+HEADS = ("embed", "lm_head")
 
 # ggml types that gguf.quants.dequantize leaves out because they are plain numbers.
 _PLAIN_TYPES = {
@@ -143,8 +148,11 @@ def dequantize(tensor) -> np.ndarray:
     return array.reshape(tuple(reversed([int(n) for n in tensor.shape])))
 
 
-def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig, progress: Progress | None = None) -> dict:
-    """The float32 weights pytree (engine/models/params.py layout) from an open GGUF file;
+def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig, progress: Progress | None = None,
+                     formats: WeightFormats | None = None) -> dict:
+    """The weights pytree (engine/models/params.py layout) from an open GGUF file: float32,
+    or where `formats` is given, the projections of kept types as their own blocks
+    (Int8Weights, engine/loader/gguf_blocks.py), `formats` told what each was read as;
     `progress` is told each tensor read (engine/loader/progress.py)."""
     tensors = {t.name: t for t in reader.tensors}
     family, specs = family_of(config), param_specs(config)
@@ -153,32 +161,48 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig, progress: Pro
     _refuse_unused(tensors, config)
     count = StageCount(progress, WEIGHTS, len(tensors))  # each read once: ones it would not use were refused
 
-    def read(name: str, heads: int | None = None) -> np.ndarray:
+    def read(name: str, heads: int | None = None, blocks=None):
         if name not in tensors:
             raise ValueError(f"GGUF file lacks tensor {name}")
-        array = dequantize(tensors[name])
+        array = read_tensor(tensors[name], blocks, formats)
         count.advance()
         if heads is not None:
-            array = unpermute_rows(array, heads)
+            array = jax.tree.map(lambda part: unpermute_rows(part, heads), array)
         if family.gguf_norm_offset and name.endswith("norm.weight"):
             array = array - np.float32(family.gguf_norm_offset)
         return array
 
-    params = {name: np.array(read(names.top[name])) for name in specs if name != "layers"}
-    params["layers"] = {name: _stack(read, config, names, name, permuted) for name in specs["layers"]}
+    keep = formats is not None
+    params = {name: read(names.top[name], blocks=HEAD_BLOCKS if keep and name in HEADS else None)
+              for name in specs if name != "layers"}
+    params["layers"] = {name: _stack(read, config, names, name, permuted, LAYER_BLOCKS if keep else None)
+                        for name in specs["layers"]}
     if names.top.get("rope_freq_factors") in tensors:
         params["rope_freq_factors"] = np.array(read(names.top["rope_freq_factors"]))
     count.finish()
     return params
 
 
-def _stack(read, config: ModelConfig, names: TensorNames, name: str, permuted: bool) -> np.ndarray:
+def _stack(read, config: ModelConfig, names: TensorNames, name: str, permuted: bool, blocks) -> np.ndarray:
     heads = None
     if permuted and name == "wq":
         heads = config.num_heads
     elif permuted and name == "wk":
         heads = config.num_kv_heads
-    return names.stacked(lambda tensor: read(tensor, heads), name, config)
+    kept = blocks if name in KEPT_LAYER_WEIGHTS else None
+    return names.stacked(lambda tensor: read(tensor, heads, kept), name, config)
+
+
+def read_tensor(tensor, blocks: Collection | None, formats: WeightFormats | None):
+    """A GGUFReader tensor as its blocks (an Int8Weight) where its type is among `blocks`,
+    else as float32; `formats` told which, and why not where blocks were asked for."""
+    if blocks is None:
+        return dequantize(tensor)
+    reason = kept_or_reason(tensor.tensor_type, blocks)
+    formats.read(tensor.name, tensor.tensor_type.name, reason)
+    if reason is not None:
+        return dequantize(tensor)
+    return blocks_of(tensor.data, tensor.tensor_type, tuple(reversed([int(n) for n in tensor.shape])))
 
 
 def unpermute_rows(array: np.ndarray, num_heads: int) -> np.ndarray:

@@ -32,7 +32,9 @@ from engine.device import weights as served_form
 from engine.device import fp8 as fp8_form
 from engine.device.fp8 import Fp8Weight, default_per_token_activations
 from engine.device.weights import Int8Weight, serving_weights
+from engine.loader import gguf_blocks
 from engine.loader.checkpoint import Checkpoint
+from engine.loader.gguf_blocks import WeightFormats
 from engine.loader.kept import files_key
 from engine.loader.mapped import mapped_tensors
 from engine.loader.source import ModelSource
@@ -65,7 +67,7 @@ def make_and_keep(checkpoint: Checkpoint, config: EngineConfig, path: Path) -> d
     served = serving_weights(checkpoint.config, checkpoint.params, config.dtype, config.quantization)
     checkpoint.params = None
     try:
-        save(path, served)
+        save(path, served, checkpoint.formats)
         prune(path)
     except OSError as error:
         log.warning("served weights not kept at %s: %s", path, error)
@@ -84,14 +86,16 @@ def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
 
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
-    code = hashlib.sha256((inspect.getsource(served_form) + inspect.getsource(fp8_form)).encode()).hexdigest()
+    code = hashlib.sha256("".join(inspect.getsource(module) for module in (served_form, fp8_form, gguf_blocks))
+                          .encode()).hexdigest()
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code]).encode())
     return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:KEY_LENGTH]}.safetensors"
 
 
-def save(path: Path, weights: dict) -> None:
+def save(path: Path, weights: dict, formats: WeightFormats | None = None) -> None:
     """Write the served pytree `weights` (host or single-device arrays) to `path`, whole or
-    not at all (a temporary file renamed)."""
+    not at all (a temporary file renamed), with what a GGUF file's projections were read as
+    (`formats`, for /health: `formats_of`)."""
     tensors, dtypes = {}, {}
     for key, array in _flatten(weights):
         array = np.asarray(array)
@@ -102,6 +106,8 @@ def save(path: Path, weights: dict) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     metadata = {"format": FORMAT, "dtypes": json.dumps(dtypes), "padding": ""}
+    if formats is not None:
+        metadata["formats"] = formats.to_json()
     save_file(tensors, str(partial), metadata=metadata)
     # The tensors' bytes start right after the header: padded so that they start on
     # HOST_ALIGNMENT, a load maps the tensors that are so aligned with no copy at all.
@@ -115,6 +121,17 @@ def header_text_length(path: Path) -> int:
     """The length of a safetensors file's JSON header, without the spaces that pad it."""
     with path.open("rb") as file:
         return len(file.read(int.from_bytes(file.read(8), "little")).rstrip(b" "))
+
+
+def formats_of(path: Path) -> WeightFormats | None:
+    """What `save` was told the GGUF file's projections were read as, or None."""
+    try:
+        with path.open("rb") as file:
+            header = json.loads(file.read(int.from_bytes(file.read(8), "little")))
+        text = (header.get("__metadata__") or {}).get("formats")
+        return None if text is None else WeightFormats.from_json(text)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load(path: Path, progress: Progress | None = None) -> dict | None:
@@ -167,9 +184,11 @@ def _flatten(weights: dict, prefix: str = ""):
         key = f"{prefix}{name}"
         if isinstance(value, dict):
             yield from _flatten(value, f"{key}/")
-        elif isinstance(value, Int8Weight):
-            yield f"{key}/int8.values", value.values
+        elif isinstance(value, Int8Weight):  # 4-bit values (a GGUF file's) named so, offsets where it has them
+            yield f"{key}/{'int8' if value.bits == 8 else 'int4'}.values", value.values
             yield f"{key}/int8.scales", value.scales
+            if value.mins is not None:
+                yield f"{key}/int8.mins", value.mins
         elif isinstance(value, Fp8Weight):
             yield f"{key}/fp8.values", value.values
             yield f"{key}/fp8.scales", value.scales
@@ -191,8 +210,9 @@ def _unflatten(flat: dict) -> dict:
 def _rebuild_quantized(node):
     if not isinstance(node, dict):
         return node
-    if set(node) == {"int8.values", "int8.scales"}:
-        return Int8Weight(values=node["int8.values"], scales=node["int8.scales"])
+    for values, bits in (("int8.values", 8), ("int4.values", 4)):
+        if set(node) in ({values, "int8.scales"}, {values, "int8.scales", "int8.mins"}):
+            return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits)
     if set(node) == {"fp8.values", "fp8.scales"}:
         return Fp8Weight(node["fp8.values"], node["fp8.scales"], default_per_token_activations())
     return {name: _rebuild_quantized(child) for name, child in node.items()}

@@ -40,8 +40,10 @@ def load_for_serving(source: ModelSource, config: EngineConfig, mesh, kept_in,
         if served is not None and description is not None:
             if report:
                 report(f"the served weights and the model's description read from {kept_in}")
-            return Checkpoint(description.config, None, source), description.tokenizer, served
-    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p), progress=progress)
+            checkpoint = Checkpoint(description.config, None, source, formats=served_cache.formats_of(entry))
+            return checkpoint, description.tokenizer, served
+    checkpoint = load_checkpoint(source, shardings=lambda c, p: param_shardings(c, mesh, p), progress=progress,
+                                 blocks=config.quantization == "gguf")
     tokenizer = tokenizer_for(checkpoint)
     if entry is None:
         return checkpoint, tokenizer, None

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.device.weights import alike
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,10 @@ class Family:
 
 
 def stacked_weights(weights: list):
-    """Arrays, or quantized weights (an FP8 checkpoint's, engine/device/fp8.py), stacked
-    along a new first axis, leaf by leaf."""
+    """Arrays, or quantized weights (an FP8 checkpoint's, engine/device/fp8.py; a GGUF
+    file's blocks, made one form: engine/device/weights.py `alike`), stacked along a new first
+    axis, leaf by leaf."""
+    weights = alike(weights)
     kinds = {type(weight) for weight in weights}
     if len(kinds) != 1:
         raise ValueError(f"a stacked weight mixes {', '.join(sorted(kind.__name__ for kind in kinds))}: "

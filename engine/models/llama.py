@@ -66,7 +66,7 @@ class Llama(Decoder):
         self.native_lora = native_lora  # the slots in the native kernels' layout (engine/device/lora_native.py)
         self.attention = attention  # engine/device/attention: the reference, or a kernel for the backend
         self.layer_loop = layer_loop  # SCAN or UNROLLED (engine/models/layers.py layer_loop_for)
-        self.compute_dtype = jnp.dtype(weights["embed"].dtype)
+        self.compute_dtype = jnp.dtype(weights["final_norm"].dtype)  # the embedding may be a GGUF block format
         self.layout = LayerLayout(tuple(weights["layers"]), per_layer=layer_loop == UNROLLED)
         self.state = self.state_of(weights)
 
@@ -83,7 +83,7 @@ class Llama(Decoder):
         Unquantized layers keep the checkpoint's precision throughout."""
         quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
-        head = partial(quantize_int8, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray
+        head = partial(narrow_head, narrow=narrow)
         layout = dataclasses.replace(self.layout, names=tuple(weights["layers"]))
         state = {"embed": head(weights["embed"]), "final_norm": weights["final_norm"],
                  "layers": layout.store(weights["layers"])}
@@ -185,6 +185,15 @@ class Llama(Decoder):
             head = native_ops.at_layer(head, 0)
         return linear(hidden, head).astype(jnp.float32)
 
+
+
+def narrow_head(weight, narrow: bool):
+    """An embedding or head as the state holds it: a GGUF file's own int8 blocks (Q8_0,
+    Q6_K: engine/loader/gguf_blocks.py) as they are; else, where `narrow`, int8 in groups
+    of HEAD_GROUP_SIZE; else as it is."""
+    if isinstance(weight, Int8Weight):
+        return jax.tree.map(jnp.asarray, weight)
+    return quantize_int8(weight, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray(weight)
 
 @dataclass(frozen=True)
 class Step:

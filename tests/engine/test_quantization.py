@@ -22,7 +22,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.device.kv_cache import KVCache, readable, storage_dtype
 from engine.device import weights as served_form
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8, resolve_quantization
+from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
 from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -63,13 +63,6 @@ itself in the dishwasher. Used filters can be returned to most supermarkets, whe
 plastic are separated and recycled. If the water ever tastes of plastic or smells of chlorine, the
 filter may be the wrong model for your jug: check the code printed on its base against the list in the
 booklet, and contact the maker if the two do not match."""
-
-
-def test_auto_is_int8_for_gguf_files_on_cpu_and_none_otherwise():
-    assert jax.default_backend() == "cpu"
-    assert resolve_quantization("auto", "gguf") == "int8"
-    assert resolve_quantization("auto", "hf") == resolve_quantization("auto", "orbax") == "none"
-    assert resolve_quantization("none", "gguf") == "none" and resolve_quantization("int8", "hf") == "int8"
 
 
 def relative_error(actual, expected):
@@ -139,6 +132,16 @@ def gate_logits(checkpoint, ids, chunk, cpu_kernels, quantization):
 # broken scale or cast still fails them.
 GATES = {INT8_FORM: (0.95, 0.02), FP8: (0.92, 0.04), FP8_TOKENS: (0.90, 0.06)}
 FLOAT_LOGITS = {}  # (text, chunk, cpu_kernels) -> float32's logits, shared by the cases that score them
+QUANTIZED_LOGITS = {}  # (text, chunk, cpu_kernels, form) -> the gate's quantized logits
+
+
+def scored(reference, quantized, ids, name: str) -> tuple[float, dict]:
+    """Top-1 agreement of `quantized` with `reference`, and both perplexities over `ids`."""
+    targets = np.asarray(ids[1:])
+    agreement = float(np.mean(reference.argmax(-1) == quantized.argmax(-1)))
+    perplexity = {label: float(np.exp(-log_likelihoods(logits, targets).mean()))
+                  for label, logits in (("float32", reference), (name, quantized))}
+    return agreement, perplexity
 
 
 @pytest.mark.parametrize("text, chunk, cpu_kernels, quantized", GATE_CASES)
@@ -157,16 +160,53 @@ def test_quantization_passes_the_quality_gate_on_smollm2(smollm2_checkpoint, smo
     if key not in FLOAT_LOGITS:
         FLOAT_LOGITS[key] = gate_logits(smollm2_checkpoint, ids, chunk, cpu_kernels, "none")
     reference = FLOAT_LOGITS[key]
-    quantized = gate_logits(smollm2_checkpoint, ids, chunk, cpu_kernels, quantization)
-    targets = np.asarray(ids[1:])
-    agreement = np.mean(reference.argmax(-1) == quantized.argmax(-1))
-    perplexity = {name: float(np.exp(-log_likelihoods(logits, targets).mean()))
-                  for name, logits in (("float32", reference), (quantization, quantized))}
+    quantized = QUANTIZED_LOGITS[key + (form,)] = gate_logits(smollm2_checkpoint, ids, chunk, cpu_kernels, quantization)
+    agreement, perplexity = scored(reference, quantized, ids, quantization)
     print(f"{quantization} (per-token activations {fp8_activations}), chunk {chunk}, {cpu_kernels}: "
           f"top-1 agreement {agreement:.4f}, perplexity {perplexity}")
     least_agreement, most_change = GATES[form]
     assert agreement >= least_agreement, f"top-1 agreement {agreement:.3f}"
     assert abs(perplexity[quantization] / perplexity["float32"] - 1) <= most_change, perplexity
+
+
+def mean_kl(reference, logits) -> float:
+    """The mean over positions of KL(reference's distribution || logits')."""
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    expected = log_softmax(reference)
+    return float((np.exp(expected) * (expected - log_softmax(logits))).sum(-1).mean())
+
+
+@pytest.mark.parametrize("text", [TEXT, SECOND_TEXT], ids=["first text", "second text"])
+def test_smollm2_from_its_own_q4_1_blocks_is_closer_to_float32_than_int8(smollm2_checkpoint, smollm2_blocks_checkpoint,
+                                                                          smollm2_tokenizer, text):
+    """`flint serve`'s default for the embedded model (gguf: its own Q4_1 blocks, its Q8_0
+    head, through the native kernels, the float8_values cache) against the int8 it served
+    before (the same file requantized), each scored against float32 of the dequantized
+    checkpoint in one prefill: the blocks agree more often, and their distributions are
+    closer (KL). Measured (BENCHMARKS.md): top-1 97.5% and 98.4% against int8's 95.6% and
+    96.1%, KL 1.0e-3 and 0.9e-3 against 2.5e-3 and 2.4e-3; perplexity +0.51% and +0.95%
+    against +0.46% and +1.41% (its signed change is the float8 cache's above all: with a
+    float32 cache +0.05% and +0.29% against +0.04% and +0.65%), within the gate's 2%."""
+    ids = smollm2_tokenizer.encode(text)
+    key = (text, 512, "auto")
+    if key not in FLOAT_LOGITS:
+        FLOAT_LOGITS[key] = gate_logits(smollm2_checkpoint, ids, 512, "auto", "none")
+    if key + (INT8_FORM,) not in QUANTIZED_LOGITS:
+        QUANTIZED_LOGITS[key + (INT8_FORM,)] = gate_logits(smollm2_checkpoint, ids, 512, "auto", "int8")
+    served = {"int8": QUANTIZED_LOGITS[key + (INT8_FORM,)],
+              "gguf": gate_logits(smollm2_blocks_checkpoint, ids, 512, "auto", "gguf")}
+    reference = FLOAT_LOGITS[key]
+    results = {name: (*scored(reference, logits, ids, name), mean_kl(reference, logits))
+               for name, logits in served.items()}
+    print({name: (f"top-1 {agreement:.4f}", perplexity, f"KL {kl:.2e}")
+           for name, (agreement, perplexity, kl) in results.items()})
+    (int8_agreement, _, int8_kl), (agreement, perplexity, kl) = results["int8"], results["gguf"]
+    assert agreement > int8_agreement and agreement >= 0.97
+    assert kl < 0.6 * int8_kl
+    assert abs(perplexity["gguf"] / perplexity["float32"] - 1) <= 0.02
 
 
 def test_the_head_in_groups_of_32_holds_smollm2s_q8_0_embedding_exactly(smollm2_checkpoint):

@@ -54,6 +54,17 @@ inline WeightBlock block_of(const int8_t* p) {
   return _mm512_cvtne2ps_pbh(high, low);
 }
 
+// 32 4-bit weights, two a byte (byte b: weight b in its low half, weight b + 16 in its
+// high half: ops.py `nibbles`), less kBias, as bfloat16, exactly.
+template <int kBias>
+inline WeightBlock block_of_nibbles(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i bias = _mm512_set1_epi32(kBias);
+  const __m512 low = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(bytes, _mm512_set1_epi32(15)), bias));
+  const __m512 high = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), bias));
+  return _mm512_cvtne2ps_pbh(high, low);
+}
+
 // The step's pair of a token's inputs, in every lane, folded into each row's sum.
 inline fvec fold(fvec sums, WeightBlock weights, const InputElement* inputs) {
   uint32_t pair;
@@ -73,16 +84,42 @@ typedef fvec WeightBlock;
 inline WeightBlock block_of(const uint16_t* p) { return widen(p); }
 inline WeightBlock block_of(const int8_t* p) { return widen(p); }
 
+// kLanes 4-bit weights, two a byte (byte b: weight b in its low half, weight b + kLanes / 2
+// in its high half: ops.py `nibbles`), less kBias, as float32.
+template <int kBias>
+inline WeightBlock block_of_nibbles(const uint8_t* p) {
+#if defined(__AVX2__)
+  __m128i packed;
+  if constexpr (kLanes == 16) {
+    packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  } else {
+    int32_t four;
+    std::memcpy(&four, p, sizeof four);
+    packed = _mm_cvtsi32_si128(four);
+  }
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i low = _mm_and_si128(packed, mask), high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+  const __m128i bytes = kLanes == 16 ? _mm_unpacklo_epi64(low, high) : _mm_unpacklo_epi32(low, high);
+#if defined(__AVX512F__)
+  return (fvec)_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(kBias)));
+#else
+  return (fvec)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(kBias)));
+#endif
+#else
+  fvec v;
+  for (int i = 0; i < kLanes / 2; ++i) {
+    v[i] = float((p[i] & 15) - kBias);
+    v[i + kLanes / 2] = float((p[i] >> 4) - kBias);
+  }
+  return v;
+#endif
+}
+
 inline fvec fold(fvec sums, WeightBlock weights, const InputElement* inputs) {
   return fused_multiply_add(weights, splat(*inputs), sums);
 }
 
-inline InputElement input_of(uint16_t bits) {
-  const uint32_t wide = uint32_t(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
+inline InputElement input_of(uint16_t bits) { return bfloat16_value(bits); }
 
 #endif
 

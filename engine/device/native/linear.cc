@@ -34,13 +34,23 @@ constexpr int kFewTokens = 4;
 constexpr int kManyTokens = 4;
 constexpr int kManyBlocks = kLanes == 16 ? 2 : 1;  // AVX2's 16 registers hold one block's 4 x 2
 
+// The inputs as the tiles read them: x [tokens, k] and, for weights with offsets, each
+// token's sum of each group of inputs [tokens, k / group] (`input_sums`).
+struct Inputs {
+  const InputElement* x;
+  const float* group_sums;
+};
+
 // C blocks of rows from `block` times T tokens from `token` of the inputs x [tokens, k], into
-// y [tokens, n]: each output by blocks.h's steps, a group's unscaled sum at a time.
+// y [tokens, n]: each output by blocks.h's steps, a group's unscaled sum at a time, scaled
+// into the row's sum, then the group's offset times the group's inputs' sum where it has one.
 template <int C, int T, typename Rows>
-void tile(const Rows& w, const InputElement* x, int64_t n, int64_t block, int64_t token, float* y) {
+void tile(const Rows& w, const Inputs& in, int64_t n, int64_t block, int64_t token, float* y) {
+  const InputElement* x = in.x;
+  const int64_t groups = w.k / w.group;
   fvec sums[C][T] = {};
   const int64_t steps = w.group / kStep;
-  for (int64_t g = 0; g < w.k / w.group; ++g) {
+  for (int64_t g = 0; g < groups; ++g) {
     fvec group[C][T] = {};
     for (int64_t step = g * steps; step < (g + 1) * steps; ++step)
       for (int c = 0; c < C; ++c) {
@@ -51,6 +61,11 @@ void tile(const Rows& w, const InputElement* x, int64_t n, int64_t block, int64_
       const fvec scale = w.scale(block + c, g);
       for (int t = 0; t < T; ++t)
         sums[c][t] = Rows::kScaled ? fused_multiply_add(group[c][t], scale, sums[c][t]) : group[c][t];
+      if constexpr (Rows::kHasMins) {
+        const fvec min = w.min(block + c, g);
+        for (int t = 0; t < T; ++t)
+          sums[c][t] = fused_multiply_add(min, splat(in.group_sums[(token + t) * groups + g]), sums[c][t]);
+      }
     }
   }
   for (int t = 0; t < T; ++t)
@@ -59,7 +74,7 @@ void tile(const Rows& w, const InputElement* x, int64_t n, int64_t block, int64_
 
 // The blocks [first, end) times T tokens from `token`, C blocks at a time, then one.
 template <int C, int T, typename Rows>
-void tiles_of_blocks(const Rows& w, const InputElement* x, int64_t n, int64_t first, int64_t end, int64_t token,
+void tiles_of_blocks(const Rows& w, const Inputs& x, int64_t n, int64_t first, int64_t end, int64_t token,
                      float* y) {
   int64_t block = first;
   for (; block + C <= end; block += C) tile<C, T>(w, x, n, block, token, y);
@@ -68,7 +83,7 @@ void tiles_of_blocks(const Rows& w, const InputElement* x, int64_t n, int64_t fi
 
 // The blocks [first, end) times every token, T at a time, the last tile with the rest.
 template <int C, int T, typename Rows>
-void tiles_of_tokens(const Rows& w, const InputElement* x, int64_t tokens, int64_t n, int64_t first, int64_t end,
+void tiles_of_tokens(const Rows& w, const Inputs& x, int64_t tokens, int64_t n, int64_t first, int64_t end,
                      float* y) {
   int64_t token = 0;
   for (; token + T <= tokens; token += T) tiles_of_blocks<C, T>(w, x, n, first, end, token, y);
@@ -82,31 +97,48 @@ void tiles_of_tokens(const Rows& w, const InputElement* x, int64_t tokens, int64
 
 // x [tokens, k] (bfloat16) times the weights into y [tokens, n] (float32). A thread takes a
 // chunk of blocks at a time; past a few tokens the chunk's blocks are widened once first.
+// Each token's sum of each group of its inputs [tokens, k / group], in float32, in order:
+// what a group's offset multiplies. A token's sums depend on its inputs alone.
+std::vector<float> input_sums(const uint16_t* x, int64_t tokens, int64_t k, int64_t group) {
+  std::vector<float> sums(tokens * (k / group));
+  for (int64_t token = 0; token < tokens; ++token)
+    for (int64_t g = 0; g < k / group; ++g) {
+      float total = 0.0f;
+      for (int64_t i = token * k + g * group; i < token * k + (g + 1) * group; ++i) total += bfloat16_value(x[i]);
+      sums[token * (k / group) + g] = total;
+    }
+  return sums;
+}
+
 template <typename Rows>
 void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tokens, int64_t n, float* y) {
-  std::vector<InputElement> inputs(tokens * w.k);
-  for (int64_t i = 0; i < tokens * w.k; ++i) inputs[i] = input_of(x[i]);
+  std::vector<InputElement> elements(tokens * w.k);
+  for (int64_t i = 0; i < tokens * w.k; ++i) elements[i] = input_of(x[i]);
+  std::vector<float> group_sums;
+  if constexpr (Rows::kHasMins) group_sums = input_sums(x, tokens, w.k, w.group);
+  const Inputs inputs{elements.data(), group_sums.data()};
   const int64_t blocks = n / kLanes, chunks = (blocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
   parallel_for(pool, chunks, [&](int64_t chunk) {
     const int64_t first = chunk * kBlocksPerChunk, end = std::min(blocks, first + kBlocksPerChunk);
     if (tokens <= kFewTokens) {
-      tiles_of_tokens<1, kFewTokens>(w, inputs.data(), tokens, n, first, end, y);
+      tiles_of_tokens<1, kFewTokens>(w, inputs, tokens, n, first, end, y);
       return;
     }
     std::vector<BufferElement> buffer;
     const auto rows = buffered(w, first, end - first, buffer);
-    tiles_of_tokens<kManyBlocks, kManyTokens>(rows, inputs.data(), tokens, n, first, end, y);
+    tiles_of_tokens<kManyBlocks, kManyTokens>(rows, inputs, tokens, n, first, end, y);
   });
 }
 
 // The inputs' bfloat16 bits.
 const uint16_t* input_bits(const ffi::Buffer<ffi::BF16>& x) { return reinterpret_cast<const uint16_t*>(x.typed_data()); }
 
-// A packed weight's [..., n / kLanes, k / kStep, kBlockElements] as (n, k); n < 0 where the
-// last dimension is not this build's block (packed for another CPU).
-std::pair<int64_t, int64_t> unpacked_shape(ffi::Span<const int64_t> dims) {
+// A packed weight's [..., n / kLanes, k / kStep, block] as (n, k), where `block` is the
+// build's block in the weight's elements (kBlockElements; half that in bytes for 4-bit
+// values); n < 0 where the last dimension is not (packed for another CPU).
+std::pair<int64_t, int64_t> unpacked_shape(ffi::Span<const int64_t> dims, int64_t block) {
   const size_t rank = dims.size();
-  if (rank < 3 || dims[rank - 1] != kBlockElements) return {-1, -1};
+  if (rank < 3 || dims[rank - 1] != block) return {-1, -1};
   return {dims[rank - 3] * kLanes, dims[rank - 2] * kStep};
 }
 
@@ -124,27 +156,62 @@ int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& 
   return dims.size() < 4 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
 }
 
-ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
-                      ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  auto dims = values.dimensions();
+// x times integer weights with group scales (and `mins`, where kMins: the same shape as the
+// scales), of a stack's layer at `layer`: the products of every Int8Weight form.
+template <typename Values, bool kMins>
+ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, ffi::Span<const int64_t> dims,
+                           const typename Values::Element* values, const ffi::Buffer<ffi::F32>& scales,
+                           const ffi::Buffer<ffi::F32>* mins, const ffi::Buffer<ffi::S32>& layer, float* y) {
   auto scale_dims = scales.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const auto [n, k_weight] = unpacked_shape(dims);
+  const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes);
   const int64_t groups = scale_dims[scale_dims.size() - 2];
   if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
+  if (mins != nullptr && mins->element_count() != scales.element_count())
+    return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales disagree");
   const int64_t group = k_weight / groups;
   if (auto error = check_shapes(k, n, k_weight, group); error.failure()) return error;
-  const int64_t index = layer_index(dims, layer);
-  Int8Rows w{values.typed_data() + index * n * k, scales.typed_data() + index * n * groups, k, group};
-  matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
+  const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
+  GroupedRows<Values, kMins> w{Values{values + index * (n / kLanes) * (k / kStep) * Values::kBlockBytes},
+                               scales.typed_data() + layer_scales,
+                               mins == nullptr ? nullptr : mins->typed_data() + layer_scales, k, group};
+  matmul(pool, w, input_bits(x), tokens, n, y);
   return ffi::Error::Success();
+}
+
+ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
+                      ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Int8Values, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
+                                            y->typed_data());
+}
+
+ffi::Error LinearInt8Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
+                          ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
+                          ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Int8Values, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
+                                           y->typed_data());
+}
+
+// 4-bit values less 8 (GGUF's Q4_0), without offsets.
+ffi::Error LinearS4(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
+                    ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<NibbleValues<8>, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr,
+                                                 layer, y->typed_data());
+}
+
+// 4-bit values from 0, with offsets (GGUF's Q4_1 and Q4_K).
+ffi::Error LinearU4Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
+                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
+                        ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<NibbleValues<0>, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins,
+                                                layer, y->typed_data());
 }
 
 ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::BF16> values,
                       ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const auto [n, k_weight] = unpacked_shape(dims);
+  const auto [n, k_weight] = unpacked_shape(dims, kBlockElements);
   if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
   const int64_t index = layer_index(dims, layer);
   Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
@@ -172,6 +239,35 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8Mins, LinearInt8Mins,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearS4, LinearS4,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearU4Mins, LinearU4Mins,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

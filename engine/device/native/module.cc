@@ -11,6 +11,9 @@
 #include "xla/ffi/api/c_api.h"
 
 extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearInt8Mins(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearS4(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearU4Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
@@ -22,6 +25,9 @@ static PyObject* Targets(PyObject*, PyObject*) {
   PyObject* targets = PyDict_New();
   const std::pair<const char*, XLA_FFI_Handler*> handlers[] = {
       {"flint_linear_int8", FlintLinearInt8},
+      {"flint_linear_int8_mins", FlintLinearInt8Mins},
+      {"flint_linear_s4", FlintLinearS4},
+      {"flint_linear_u4_mins", FlintLinearU4Mins},
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_decode_attention", FlintDecodeAttention},
       {"flint_zeros", FlintZeros},

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -25,23 +25,24 @@ from engine.device.weights import Int8Weight
 class PackedWeight:
     """A matrix [..., out, in] packed as the kernel reads it (blocks.h): blocks of `rows`
     output rows, each holding, step by step of `step` inputs, its rows' weights side by
-    side; int8 with a float32 scale per group of inputs (an Int8Weight's), or bfloat16.
+    side; integers with a float32 scale (and offset, `mins`) per group of inputs (an
+    Int8Weight's), or bfloat16.
 
-    values: [..., out / rows, in / step, rows x step]; scales: [..., out / rows, groups,
-    rows], or None for bfloat16. (rows, step) is the build's `native.block_shape()`."""
+    values: [..., out / rows, in / step, rows x step] (int8 or bfloat16), or for `bits` 4
+    half that last dimension in bytes, two values a byte (`nibbles`); scales and mins:
+    [..., out / rows, groups, rows], or None. (rows, step) is the build's
+    `native.block_shape()`."""
 
     values: jax.Array
     scales: jax.Array | None
+    mins: jax.Array | None = None
+    bits: int = field(default=8, metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The matrix's own shape, [..., out, in]."""
-        rows, step = self.values.shape[-1] // self.step, self.step
+        rows, step = native.block_shape()
         return (*self.values.shape[:-3], self.values.shape[-3] * rows, self.values.shape[-2] * step)
-
-    @property
-    def step(self) -> int:
-        return native.block_shape()[1]
 
 
 @jax.tree_util.register_dataclass
@@ -49,9 +50,11 @@ class PackedWeight:
 class NativeWeight:
     """A packed matrix of a stack [layers, ...] the kernel reads at `layer`."""
 
-    values: jax.Array  # int8 or bfloat16 [layers, out / rows, in / step, rows x step]
-    scales: jax.Array | None  # float32 [layers, out / rows, groups, rows] for int8; None for bfloat16
+    values: jax.Array  # int8, uint8 (4-bit, two a byte) or bfloat16 [layers, out / rows, in / step, block]
+    scales: jax.Array | None  # float32 [layers, out / rows, groups, rows]; None for bfloat16
     layer: jax.Array  # int32 []
+    mins: jax.Array | None = None  # float32, as scales, where the weight has offsets
+    bits: int = field(default=8, metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -83,8 +86,27 @@ def packed(weight) -> PackedWeight:
     values = steps_of_rows(values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
     if not isinstance(weight, Int8Weight):
         return PackedWeight(values=values, scales=None)
-    scales = weight.scales.reshape(*lead, out // rows, rows, -1).swapaxes(-2, -1)
-    return PackedWeight(values=values, scales=scales)
+    if weight.bits == 4:
+        values = nibbles(values, signed=weight.mins is None)
+    by_block = lambda groups: None if groups is None else groups.reshape(*lead, out // rows, rows, -1).swapaxes(-2, -1)
+    return PackedWeight(values=values, scales=by_block(weight.scales), mins=by_block(weight.mins), bits=weight.bits)
+
+
+def nibbles(values, signed: bool):
+    """4-bit values [..., block] (int8: -8..7 where `signed`, else 0..15) two a byte, as the
+    kernel reads them (blocks.h `block_of_nibbles`): byte b holds value b in its low half
+    and value b + block / 2 in its high half."""
+    xp = np if isinstance(values, np.ndarray) else jnp
+    unsigned = (values.astype(xp.int16) + (8 if signed else 0)).astype(xp.uint8)
+    half = unsigned.shape[-1] // 2
+    return unsigned[..., :half] | (unsigned[..., half:] << 4)
+
+
+def widened_nibbles(packed, signed: bool):
+    """The int8 values `nibbles` packed."""
+    xp = np if isinstance(packed, np.ndarray) else jnp
+    values = xp.concatenate([packed & 15, packed >> 4], axis=-1).astype(xp.int8)
+    return values - 8 if signed else values
 
 
 def steps_of_rows(values, rows: int, step: int):
@@ -103,18 +125,20 @@ def steps_of_rows(values, rows: int, step: int):
 def unpacked(weight: PackedWeight):
     """The Int8Weight or bfloat16 array [..., out, in] that `packed` packed."""
     rows, step = native.block_shape()
-    *lead, blocks, steps, _ = weight.values.shape
-    values = weight.values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
+    values = weight.values if weight.bits == 8 else widened_nibbles(weight.values, signed=weight.mins is None)
+    *lead, blocks, steps, _ = values.shape
+    values = values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
     values = values.reshape(*lead, blocks * rows, steps * step)
     if weight.scales is None:
         return values
-    scales = weight.scales.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
-    return Int8Weight(values=values, scales=scales)
+    by_row = lambda groups: None if groups is None else groups.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
+    return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits)
 
 
 def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
     """Rows `ids` [t] of a packed int8 matrix (an embedding's lookup of an int8 head), as
-    an Int8Weight [t, in]."""
+    an Int8Weight [t, in]. (A head of 4-bit values or offsets is never packed: llama.py.)"""
+    assert weight.bits == 8 and weight.mins is None, "a packed head is int8 without offsets"
     rows, step = native.block_shape()
     blocks, lanes = ids // rows, ids % rows
     values = weight.values.reshape(*weight.values.shape[:-1], rows, step)[blocks, :, lanes]  # [t, steps, step]
@@ -123,7 +147,8 @@ def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
 
 def at_layer(weight: PackedWeight, layer) -> NativeWeight:
     """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one)."""
-    return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32))
+    return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32),
+                        mins=weight.mins, bits=weight.bits)
 
 
 def registered() -> None:
@@ -138,14 +163,18 @@ def linear(x, weight: NativeWeight):
     """x [tokens, in], rounded to bfloat16, times the weight's matrix in float32 [tokens,
     out], at every count of tokens (blocks.h): each output is summed in one order, so a
     row's product is the same bits whatever shares the call. In pairs of bfloat16 where
-    the CPU has AVX512_BF16 (`products_in_pairs`); an int8 weight's groups are summed
-    unscaled, each then scaled into its row's sum."""
+    the CPU has AVX512_BF16 (`products_in_pairs`); an integer weight's groups are summed
+    unscaled, each then scaled into its row's sum, and its offset times the group's inputs'
+    sum added where it has offsets."""
     registered()
     out = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
     x = x.astype(jnp.bfloat16)
     if weight.scales is None:
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
-    return jax.ffi.ffi_call("flint_linear_int8", out)(x, weight.values, weight.scales, weight.layer)
+    target = f"flint_linear_{'int8' if weight.bits == 8 else 's4' if weight.mins is None else 'u4'}"
+    if weight.mins is None:
+        return jax.ffi.ffi_call(target, out)(x, weight.values, weight.scales, weight.layer)
+    return jax.ffi.ffi_call(f"{target}_mins", out)(x, weight.values, weight.scales, weight.mins, weight.layer)
 
 
 # The (keys, values) cache array dtypes the attention kernel reads (attention.cc

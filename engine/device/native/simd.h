@@ -59,6 +59,14 @@ inline float sum(fvec v) {
 #endif
 }
 
+// A bfloat16's value: a float32's upper half.
+inline float bfloat16_value(uint16_t bits) {
+  const uint32_t wide = uint32_t(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
 // kLanes int8 weights as float32. (GCC's __builtin_convertvector widens int8 to float
 // one lane at a time, so the widening is spelled out.)
 inline fvec widen(const int8_t* p) {

@@ -1,7 +1,7 @@
 // The weights a native product reads (linear.cc): y [tokens, n] = x [tokens, k] times a
-// weight [n, k] packed in blocks of kLanes rows (blocks.h; ops.py `packed`): int8 with a
-// float32 scale per group of `group` inputs of each row (engine/device/weights.py
-// Int8Weight), or bfloat16; and a chunk of either's blocks widened once into a buffer, for
+// weight [n, k] packed in blocks of kLanes rows (blocks.h; ops.py `packed`): int8 or 4-bit
+// integers with a float32 scale (and maybe an offset) per group of `group` inputs of each
+// row (engine/device/weights.py Int8Weight), or bfloat16; and a chunk of either's blocks widened once into a buffer, for
 // products of many tokens. Each gives a block's steps of weights and its rows' scales.
 
 #pragma once
@@ -15,27 +15,55 @@ namespace flint {
 
 constexpr int64_t kBlocksPerChunk = 64 / kLanes;  // blocks of rows a thread takes at a time: 64 rows
 
-struct Int8Rows {
+// A block's steps of weights from its values: int8 as they are, or 4-bit, two a byte
+// (blocks.h `block_of_nibbles`), less kBias (8 for GGUF's Q4_0, whose values are q - 8).
+struct Int8Values {
+  using Element = int8_t;
+  static constexpr int64_t kBlockBytes = kBlockElements;
   const int8_t* values;  // [n / kLanes, k / kStep, kBlockElements]
-  const float* scales;   // [n / kLanes, k / group, kLanes]
+  WeightBlock block(int64_t index) const { return block_of(values + index * kBlockElements); }
+};
+
+template <int kBias>
+struct NibbleValues {
+  using Element = uint8_t;
+  static constexpr int64_t kBlockBytes = kBlockElements / 2;
+  const uint8_t* values;  // [n / kLanes, k / kStep, kBlockElements / 2]
+  WeightBlock block(int64_t index) const { return block_of_nibbles<kBias>(values + index * (kBlockElements / 2)); }
+};
+
+// Integer weights with a float32 scale per group of `group` inputs of each row, and where
+// kMins a float32 offset too: a weight is scale * q (+ min). Flint's own int8 (Int8Weight),
+// and GGUF's blocks (engine/loader/gguf_blocks.py): Q8_0, Q4_0, Q6_K without offsets; Q4_1,
+// Q4_K, Q5_K with them. A group's offset adds min x (the sum of the group's inputs) to each
+// row: one multiply-add after the scaled sum, in the same place for every tile.
+template <typename Values, bool kMins>
+struct GroupedRows {
+  Values values;
+  const float* scales;  // [n / kLanes, k / group, kLanes]
+  const float* mins;    // [n / kLanes, k / group, kLanes], where kMins
   int64_t k, group;
   static constexpr bool kScaled = true;
+  static constexpr bool kHasMins = kMins;
 
-  WeightBlock block(int64_t rows, int64_t step) const {
-    return block_of(values + (rows * (k / kStep) + step) * kBlockElements);
-  }
+  WeightBlock block(int64_t rows, int64_t step) const { return values.block(rows * (k / kStep) + step); }
   fvec scale(int64_t rows, int64_t g) const { return load(scales + (rows * (k / group) + g) * kLanes); }
+  fvec min(int64_t rows, int64_t g) const { return load(mins + (rows * (k / group) + g) * kLanes); }
 };
+
+typedef GroupedRows<Int8Values, false> Int8Rows;
 
 struct Bf16Rows {
   const uint16_t* values;  // [n / kLanes, k / kStep, kBlockElements]
   int64_t k, group;        // group: k, one sum a row, never scaled
   static constexpr bool kScaled = false;
+  static constexpr bool kHasMins = false;
 
   WeightBlock block(int64_t rows, int64_t step) const {
     return block_of(values + (rows * (k / kStep) + step) * kBlockElements);
   }
   fvec scale(int64_t, int64_t) const { return splat(1.0f); }
+  fvec min(int64_t, int64_t) const { return fvec{}; }
 };
 
 // `count` blocks of a weight's rows from block `first`, widened into a buffer and read from
@@ -46,11 +74,13 @@ struct BufferedRows {
   const Rows& rows;
   int64_t first, k, group;
   static constexpr bool kScaled = Rows::kScaled;
+  static constexpr bool kHasMins = Rows::kHasMins;
 
   WeightBlock block(int64_t block, int64_t step) const {
     return block_of_buffer(buffer + ((block - first) * (k / kStep) + step) * kBlockElements);
   }
   fvec scale(int64_t block, int64_t g) const { return rows.scale(block, g); }
+  fvec min(int64_t block, int64_t g) const { return rows.min(block, g); }
 };
 
 template <typename Rows>
