@@ -8,6 +8,8 @@ on any mesh (SmolLM2's 3 KV heads on 4 devices, say) at some cost in memory.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -74,7 +76,8 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
         if isinstance(param, Int8Weight):  # a GGUF file's blocks: scales and offsets split as the values
             groups = lambda part: None if part is None else NamedSharding(mesh, partition_spec(part.shape, spec.axes,
                                                                                                mesh))
-            return Int8Weight(sharding_for(spec), groups(param.scales), groups(param.mins), param.bits)
+            return dataclasses.replace(param, values=sharding_for(spec), scales=groups(param.scales),
+                                       mins=groups(param.mins))
         return NamedSharding(mesh, partition_spec(spec.shape, spec.axes, mesh))
 
     shardings = {name: sharding_for(specs[name], params[name]) for name in params

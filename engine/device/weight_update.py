@@ -59,13 +59,13 @@ class WeightRelayout:
 
 
 def integer_forms(state: dict) -> dict:
-    """The (bits, groups, offsets) of each integer weight of a served state, by its place:
+    """The (bits, groups, offsets, integer dots) of each integer weight of a served state, by its place:
     name, or ("layers", name)."""
     def form(weight):
         if isinstance(weight, PackedWeight) and weight.scales is not None:
-            return weight.bits, weight.scales.shape[-2], weight.mins is not None
+            return weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.integer_dots
         if isinstance(weight, Int8Weight):
-            return weight.bits, weight.scales.shape[-1], weight.mins is not None
+            return weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots
         return None
 
     forms = {name: form(weight) for name, weight in state.items() if name != "layers"}

@@ -25,6 +25,7 @@ factors are small.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -79,12 +80,15 @@ class Int8Weight:
     """A matrix [..., out, in] as small integers and a float32 scale per group of inputs:
     weight = value x scale (+ min, where a GGUF block format has offsets:
     engine/loader/gguf_blocks.py). `bits` 4: the values fit in 4 bits (-8..7 without
-    offsets, 0..15 with them), which the native kernels keep two a byte."""
+    offsets, 0..15 with them), which the native kernels keep two a byte. `integer_dots`: a
+    GGUF file's blocks, which the native kernels multiply as ggml does where the CPU has
+    integer dot products: over the inputs quantized to int8 per group (dot.cc)."""
 
     values: jax.Array  # int8 [..., out, in]
     scales: jax.Array  # float32 [..., out, in // group]
     mins: jax.Array | None = None  # float32 [..., out, in // group], or None
     bits: int = field(default=8, metadata=dict(static=True))
+    integer_dots: bool = field(default=False, metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -107,8 +111,8 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
     return Int8Weight(values=values.reshape(matrix.shape), scales=scales)
 
 
-@partial(jax.jit, static_argnames=("bits", "groups", "offsets"))
-def quantize_into(matrix, bits: int, groups: int, offsets: bool) -> Int8Weight:
+@partial(jax.jit, static_argnames=("bits", "groups", "offsets", "integer_dots"))
+def quantize_into(matrix, bits: int, groups: int, offsets: bool, integer_dots: bool = False) -> Int8Weight:
     """`matrix` as an Int8Weight of a given form (a served GGUF weight's: new weights for a
     model served from its blocks, engine/device/weight_update.py): `groups` a row; with
     `offsets` each group from its least value in 2^bits - 1 steps (4 bits) or 127 (int8),
@@ -125,7 +129,8 @@ def quantize_into(matrix, bits: int, groups: int, offsets: bool) -> Int8Weight:
         levels = 7 if bits == 4 else 127
         scales = jnp.max(jnp.abs(grouped), axis=-1) / levels
         values, mins = jnp.clip(jnp.round(grouped / jnp.where(scales > 0, scales, 1.0)[..., None]), -levels, levels), None
-    return Int8Weight(values=values.astype(jnp.int8).reshape(matrix.shape), scales=scales, mins=mins, bits=bits)
+    return Int8Weight(values=values.astype(jnp.int8).reshape(matrix.shape), scales=scales, mins=mins, bits=bits,
+                      integer_dots=integer_dots)
 
 
 def dequantize(weight, dtype=jnp.float32) -> jax.Array:
@@ -158,7 +163,8 @@ def alike(weights: list) -> list:
     offsets = any(weight.mins is not None for weight in weights)
     kinds = {(weight.bits, weight.mins is None) for weight in weights}
     bits = weights[0].bits if len(kinds) == 1 else 8
-    return [in_form(weight, groups, offsets, bits) for weight in weights]
+    dots = all(weight.integer_dots for weight in weights)
+    return [dataclasses.replace(in_form(weight, groups, offsets, bits), integer_dots=dots) for weight in weights]
 
 
 def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int) -> Int8Weight:
@@ -170,8 +176,8 @@ def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int) -> Int8We
         raise ValueError(f"groups of {weight.scales.shape[-1]} and {groups} a row have no common refinement")
     finer = lambda array: array if factor == 1 else xp.repeat(array, factor, axis=-1)
     mins = weight.mins if weight.mins is not None or not offsets else xp.zeros_like(weight.scales)
-    return Int8Weight(values=weight.values, scales=finer(weight.scales),
-                      mins=None if mins is None else finer(mins), bits=max(bits, weight.bits))
+    return Int8Weight(values=weight.values, scales=finer(weight.scales), mins=None if mins is None else finer(mins),
+                      bits=max(bits, weight.bits), integer_dots=weight.integer_dots)
 
 
 def concatenated(weights: list, axis: int):

@@ -176,4 +176,5 @@ def blocks_of(data: np.ndarray, tensor_type, shape: tuple[int, ...]) -> Int8Weig
     groups = width // group
     values = np.ascontiguousarray(quants.reshape(*lead, width))
     grouped = lambda array: None if array is None else np.ascontiguousarray(array.reshape(*lead, groups))
-    return Int8Weight(values=values, scales=grouped(scales), mins=grouped(mins), bits=4 if four_bits else 8)
+    return Int8Weight(values=values, scales=grouped(scales), mins=grouped(mins), bits=4 if four_bits else 8,
+                      integer_dots=True)

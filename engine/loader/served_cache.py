@@ -184,8 +184,8 @@ def _flatten(weights: dict, prefix: str = ""):
         key = f"{prefix}{name}"
         if isinstance(value, dict):
             yield from _flatten(value, f"{key}/")
-        elif isinstance(value, Int8Weight):  # 4-bit values (a GGUF file's) named so, offsets where it has them
-            yield f"{key}/{'int8' if value.bits == 8 else 'int4'}.values", value.values
+        elif isinstance(value, Int8Weight):  # 4-bit values and a GGUF file's blocks named so, offsets where it has them
+            yield f"{key}/{'int8' if value.bits == 8 else 'int4'}{'.dots' if value.integer_dots else ''}.values", value.values
             yield f"{key}/int8.scales", value.scales
             if value.mins is not None:
                 yield f"{key}/int8.mins", value.mins
@@ -210,9 +210,11 @@ def _unflatten(flat: dict) -> dict:
 def _rebuild_quantized(node):
     if not isinstance(node, dict):
         return node
-    for values, bits in (("int8.values", 8), ("int4.values", 4)):
+    for values, bits, dots in (("int8.values", 8, False), ("int4.values", 4, False), ("int8.dots.values", 8, True),
+                               ("int4.dots.values", 4, True)):
         if set(node) in ({values, "int8.scales"}, {values, "int8.scales", "int8.mins"}):
-            return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits)
+            return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits,
+                              integer_dots=dots)
     if set(node) == {"fp8.values", "fp8.scales"}:
         return Fp8Weight(node["fp8.values"], node["fp8.scales"], default_per_token_activations())
     return {name: _rebuild_quantized(child) for name, child in node.items()}

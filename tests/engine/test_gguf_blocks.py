@@ -22,6 +22,7 @@ from numpy_reference import forward
 from test_native_cpu import rows_among_others
 
 from engine.config import EngineConfig
+from engine.device import native
 from engine.device.native import ops
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.weights import Int8Weight, alike, dequantize, resolve_quantization
@@ -32,7 +33,8 @@ from engine.loader.gguf_blocks import KEPT, blocks_of
 Q = gguf.GGMLQuantizationType
 TYPES = list(KEPT)
 # A product's error, relative to the sum of |weight x input| of its output, once the inputs
-# are rounded to bfloat16 as the kernels read them: float32 sums of exact products (each
+# are rounded as the kernels read them (to two int8 digits a group for the integer dot
+# products, to bfloat16 for the others): float32 sums of exact products (integer dots are exact; each
 # bfloat16 pair's product is exact, as is every kept type's scale and offset). Measured at
 # most 1.0e-7 over these types and counts of tokens; 2^-21 leaves room for longer rows.
 PRODUCT_BOUND = 2.0 ** -21
@@ -40,6 +42,26 @@ PRODUCT_BOUND = 2.0 ** -21
 
 def in_bfloat16(x):
     return np.asarray(jnp.asarray(x).astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+
+
+def two_digits(x, group: int):
+    """x [tokens, in] as dot.cc reads it: bfloat16, then per group of `group` inputs two
+    int8 digits, x = d (q + r / 254) with d = max |x| / 127 (each to nearest, r within
+    +-127), as the numbers those stand for."""
+    grouped = in_bfloat16(x).astype(np.float32).reshape(x.shape[0], -1, group)
+    largest = np.abs(grouped).max(-1, keepdims=True)
+    inverse = np.where(largest > 0, np.float32(127) / np.where(largest > 0, largest, 1), 0).astype(np.float32)
+    steps = grouped * inverse
+    high = np.rint(steps)
+    low = np.clip(np.rint((steps - high) * np.float32(254)), -127, 127)
+    scale = (largest / np.float32(127)).astype(np.float64)
+    return (scale * (high + low / 254.0)).reshape(x.shape)
+
+
+def inputs_as_read(x, packed, group: int):
+    """The inputs a product over `packed` multiplies: two int8 digits a group where the build
+    has integer dot products (a GGUF file's blocks: dot.cc), bfloat16 elsewhere."""
+    return two_digits(x, group) if packed.dots else in_bfloat16(x)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda qtype: qtype.name)
@@ -50,30 +72,43 @@ def test_each_kept_type_reads_to_what_gguf_quants_dequantizes(qtype):
     assert weight.bits == (4 if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else 8)
 
 
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda qtype: qtype.name)
-def test_a_product_over_each_type_is_the_float_product_up_to_the_inputs_rounding(qtype):
+@pytest.fixture(params=["integer dots", "bfloat16 inputs"])
+def inputs(request, monkeypatch):
+    """Both products of a GGUF file's blocks: over two int8 digits a group (dot.cc, where the
+    build has integer dot products: this machine's default where it has them) and over
+    bfloat16 inputs (linear.cc: builds without them, or FLINT_NATIVE_DOTS=0)."""
     require_native_kernels()
+    if request.param == "integer dots" and not native.integer_dots():
+        pytest.skip("this build has no integer dot products (AVX512-VNNI)")
+    if request.param == "bfloat16 inputs":
+        monkeypatch.setattr(native, "integer_dots", lambda: False)
+    return request.param
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda qtype: qtype.name)
+def test_a_product_over_each_type_is_the_float_product_up_to_the_inputs_rounding(qtype, inputs):
     data, reference = kept_weight(qtype, (64, 512), seed=2)
     weight = blocks_of(data, qtype, (64, 512))
     packed = ops.packed(weight)
+    assert packed.dots == (inputs == "integer dots")
     back = ops.unpacked(packed)
     np.testing.assert_array_equal(np.asarray(back.values), weight.values)  # the 4-bit packing undone
     worst = 0.0
     for tokens in (1, 3, 5, 40):
         x = np.random.default_rng(tokens).standard_normal((tokens, 512)).astype(np.float32)
         got = np.asarray(ops.linear(jnp.asarray(x), ops.at_layer(packed, 0)), np.float64)
-        rounded = in_bfloat16(x)
+        rounded = inputs_as_read(x, packed, 512 // weight.scales.shape[-1])
         error = np.abs(got - rounded @ reference.T) / (np.abs(rounded) @ np.abs(reference).T)
         worst = max(worst, float(error.max()))
-    print(f"{qtype.name}: largest relative error {worst:.2e}")
+    print(f"{qtype.name} ({'integer dots' if packed.dots else 'bfloat16 inputs'}): largest relative error {worst:.2e}")
     assert worst <= PRODUCT_BOUND
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda qtype: qtype.name)
-def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype):
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda qtype: qtype.name)
+def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype, inputs):
     """Issue [1/5]'s invariance for every new product (4-bit, 4-bit with offsets, int8 with
-    offsets, groups of 16): a row alone, and among 1 to 64 tokens at any place."""
-    require_native_kernels()
+    and without offsets, groups of 16), both kinds of inputs: a row alone, and among 1 to
+    64 tokens at any place."""
     data, _ = kept_weight(qtype, (80, 512), seed=3)
     native_weight = ops.at_layer(ops.packed(blocks_of(data, qtype, (80, 512))), 0)
     rows = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)

@@ -48,6 +48,17 @@ def products_in_pairs() -> bool:
 
 
 @functools.cache
+def integer_dots() -> bool:
+    """Whether a GGUF file's blocks are multiplied over int8 inputs, as ggml does (dot.cc):
+    where the build has integer dot products (AVX512-VNNI) and FLINT_NATIVE_DOTS is not 0
+    (which keeps them on the bfloat16 products of linear.cc, to measure or compare)."""
+    if not available() or os.environ.get("FLINT_NATIVE_DOTS", "1") == "0":
+        return False
+    from engine.device.native import _cpu_kernels
+    return _cpu_kernels.integer_dots()
+
+
+@functools.cache
 def block_shape() -> tuple[int, int]:
     """How the build wants a weight packed (ops.py `packed`): (rows a block, inputs a step):
     (16, 2) with pairs of bfloat16, (16, 1) with AVX-512 alone, (8, 1) with AVX2. None

@@ -20,6 +20,7 @@
 
 #include "blocks.h"
 #include "simd.h"
+#include "shapes.h"
 #include "weight_rows.h"
 
 using namespace flint;
@@ -130,32 +131,6 @@ void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tok
   });
 }
 
-// The inputs' bfloat16 bits.
-const uint16_t* input_bits(const ffi::Buffer<ffi::BF16>& x) { return reinterpret_cast<const uint16_t*>(x.typed_data()); }
-
-// A packed weight's [..., n / kLanes, k / kStep, block] as (n, k), where `block` is the
-// build's block in the weight's elements (kBlockElements; half that in bytes for 4-bit
-// values); n < 0 where the last dimension is not (packed for another CPU).
-std::pair<int64_t, int64_t> unpacked_shape(ffi::Span<const int64_t> dims, int64_t block) {
-  const size_t rank = dims.size();
-  if (rank < 3 || dims[rank - 1] != block) return {-1, -1};
-  return {dims[rank - 3] * kLanes, dims[rank - 2] * kStep};
-}
-
-ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group) {
-  if (n < 0) return ffi::Error::InvalidArgument("flint_linear: a weight not packed for this build's blocks");
-  if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
-  if (group <= 0 || group % kStep != 0 || k % group != 0)
-    return ffi::Error::InvalidArgument("flint_linear: groups not served by the native kernel");
-  return ffi::Error::Success();
-}
-
-// The layer of a stack (a leading dimension past the packed three) read in place at
-// `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
-int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
-  return dims.size() < 4 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
-}
-
 // x times integer weights with group scales (and `mins`, where kMins: the same shape as the
 // scales), of a stack's layer at `layer`: the products of every Int8Weight form.
 template <typename Values, bool kMins>
@@ -164,13 +139,13 @@ ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& 
                            const ffi::Buffer<ffi::F32>* mins, const ffi::Buffer<ffi::S32>& layer, float* y) {
   auto scale_dims = scales.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes);
+  const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kStep);
   const int64_t groups = scale_dims[scale_dims.size() - 2];
   if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
   if (mins != nullptr && mins->element_count() != scales.element_count())
     return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales disagree");
   const int64_t group = k_weight / groups;
-  if (auto error = check_shapes(k, n, k_weight, group); error.failure()) return error;
+  if (auto error = check_shapes(k, n, k_weight, group, kStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
   GroupedRows<Values, kMins> w{Values{values + index * (n / kLanes) * (k / kStep) * Values::kBlockBytes},
                                scales.typed_data() + layer_scales,
@@ -211,8 +186,8 @@ ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffe
                       ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
-  const auto [n, k_weight] = unpacked_shape(dims, kBlockElements);
-  if (auto error = check_shapes(k, n, k_weight, k_weight); error.failure()) return error;
+  const auto [n, k_weight] = unpacked_shape(dims, kBlockElements, kStep);
+  if (auto error = check_shapes(k, n, k_weight, k_weight, kStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer);
   Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
   matmul(pool, w, input_bits(x), tokens, n, y->typed_data());

@@ -15,9 +15,14 @@ extern "C" XLA_FFI_Error* FlintLinearInt8Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearS4(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearU4Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotInt8(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotInt8Mins(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotS4(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotU4Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 extern "C" int FlintProductsInPairs();
+extern "C" int FlintIntegerDots();
 extern "C" int FlintBlockRows();
 extern "C" int FlintBlockStep();
 
@@ -29,6 +34,10 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_s4", FlintLinearS4},
       {"flint_linear_u4_mins", FlintLinearU4Mins},
       {"flint_linear_bf16", FlintLinearBf16},
+      {"flint_dot_int8", FlintDotInt8},
+      {"flint_dot_int8_mins", FlintDotInt8Mins},
+      {"flint_dot_s4", FlintDotS4},
+      {"flint_dot_u4_mins", FlintDotU4Mins},
       {"flint_decode_attention", FlintDecodeAttention},
       {"flint_zeros", FlintZeros},
   };
@@ -46,11 +55,15 @@ static PyObject* Targets(PyObject*, PyObject*) {
 
 static PyObject* ProductsInPairs(PyObject*, PyObject*) { return PyBool_FromLong(FlintProductsInPairs()); }
 
+static PyObject* IntegerDots(PyObject*, PyObject*) { return PyBool_FromLong(FlintIntegerDots()); }
+
 static PyObject* BlockShape(PyObject*, PyObject*) { return Py_BuildValue("(ii)", FlintBlockRows(), FlintBlockStep()); }
 
 static PyMethodDef kMethods[] = {
     {"block_shape", BlockShape, METH_NOARGS,
      "The packed weights' blocks in this build: (rows a block, inputs a step) (ops.py packed)."},
+    {"integer_dots", IntegerDots, METH_NOARGS,
+     "Whether the build has the integer dot products of GGUF blocks (AVX512-VNNI, dot.cc)."},
     {"products_in_pairs", ProductsInPairs, METH_NOARGS,
      "Whether the products run in pairs of bfloat16 (AVX512_BF16) in this build."},
     {"targets", Targets, METH_NOARGS, "The kernels' FFI handlers by target name, as capsules."},

@@ -37,12 +37,17 @@ class PackedWeight:
     scales: jax.Array | None
     mins: jax.Array | None = None
     bits: int = field(default=8, metadata=dict(static=True))
+    dots: bool = field(default=False, metadata=dict(static=True))  # in `packed_for_dots`' layout
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The matrix's own shape, [..., out, in]."""
-        rows, step = native.block_shape()
+        rows, step = DOT_BLOCK if self.dots else native.block_shape()
         return (*self.values.shape[:-3], self.values.shape[-3] * rows, self.values.shape[-2] * step)
+
+    @property
+    def integer_dots(self) -> bool:
+        return self.dots
 
 
 @jax.tree_util.register_dataclass
@@ -55,10 +60,11 @@ class NativeWeight:
     layer: jax.Array  # int32 []
     mins: jax.Array | None = None  # float32, as scales, where the weight has offsets
     bits: int = field(default=8, metadata=dict(static=True))
+    dots: bool = field(default=False, metadata=dict(static=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return PackedWeight(self.values, self.scales).shape[-2:]
+        return PackedWeight(self.values, self.scales, dots=self.dots).shape[-2:]
 
 
 def serves(weight) -> bool:
@@ -71,15 +77,23 @@ def serves(weight) -> bool:
         return False
     rows, step = native.block_shape()
     out, width = weight.shape[-2:]
+    if isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots():
+        rows, step = DOT_BLOCK[0], 2 * DOT_BLOCK[1]  # steps in pairs
     if isinstance(weight, Int8Weight):
         group = width // weight.scales.shape[-1]
         return out % rows == 0 and width % step == 0 and group % step == 0
     return weight.dtype == jnp.bfloat16 and out % rows == 0 and width % step == 0
 
 
+DOT_BLOCK = (16, 4)  # rows a block, inputs a step, of the integer dot products (dot.cc)
+
+
 def packed(weight) -> PackedWeight:
     """`weight` (an Int8Weight or a bfloat16 array [..., out, in] the kernel serves, of
-    jax or NumPy arrays) packed in the build's blocks."""
+    jax or NumPy arrays) packed in the build's blocks; a GGUF file's blocks in the integer
+    dot products' where the build has them (`packed_for_dots`)."""
+    if isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots():
+        return packed_for_dots(weight)
     rows, step = native.block_shape()
     values = weight.values if isinstance(weight, Int8Weight) else weight
     *lead, out, width = values.shape
@@ -88,8 +102,33 @@ def packed(weight) -> PackedWeight:
         return PackedWeight(values=values, scales=None)
     if weight.bits == 4:
         values = nibbles(values, signed=weight.mins is None)
-    by_block = lambda groups: None if groups is None else groups.reshape(*lead, out // rows, rows, -1).swapaxes(-2, -1)
-    return PackedWeight(values=values, scales=by_block(weight.scales), mins=by_block(weight.mins), bits=weight.bits)
+    return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
+                        mins=groups_by_block(weight.mins, rows), bits=weight.bits)
+
+
+def packed_for_dots(weight: Int8Weight) -> PackedWeight:
+    """A GGUF file's blocks as dot.cc reads them: steps of 4 inputs of 16 rows (64 values);
+    int8 values as they are, 4-bit ones unsigned (Q4_0's q - 8 as q) two steps to 64
+    bytes, the first step in their low halves and the second in their high halves."""
+    rows, step = DOT_BLOCK
+    *lead, out, width = weight.values.shape
+    values = steps_of_rows(weight.values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
+    if weight.bits == 4:
+        xp = np if isinstance(values, np.ndarray) else jnp
+        unsigned = (values.astype(xp.int16) + (8 if weight.mins is None else 0)).astype(xp.uint8)
+        pairs = unsigned.reshape(*lead, out // rows, width // (2 * step), 2, rows * step)
+        values = (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).reshape(*lead, out // rows, width // step, -1)
+    return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
+                        mins=groups_by_block(weight.mins, rows), bits=weight.bits, dots=True)
+
+
+def groups_by_block(groups, rows: int):
+    """A weight's scales or offsets [..., out, groups] as the kernels read them: [..., out /
+    rows, groups, rows]."""
+    if groups is None:
+        return None
+    *lead, out, count = groups.shape
+    return groups.reshape(*lead, out // rows, rows, count).swapaxes(-2, -1)
 
 
 def nibbles(values, signed: bool):
@@ -124,22 +163,35 @@ def steps_of_rows(values, rows: int, step: int):
 
 def unpacked(weight: PackedWeight):
     """The Int8Weight or bfloat16 array [..., out, in] that `packed` packed."""
-    rows, step = native.block_shape()
-    values = weight.values if weight.bits == 8 else widened_nibbles(weight.values, signed=weight.mins is None)
+    rows, step = DOT_BLOCK if weight.dots else native.block_shape()
+    values = weight.values if weight.bits == 8 else unpacked_nibbles(weight)
     *lead, blocks, steps, _ = values.shape
     values = values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
     values = values.reshape(*lead, blocks * rows, steps * step)
     if weight.scales is None:
         return values
     by_row = lambda groups: None if groups is None else groups.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
-    return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits)
+    return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits,
+                      integer_dots=weight.dots)
+
+
+def unpacked_nibbles(weight: PackedWeight):
+    """A packed 4-bit weight's values as int8 [..., blocks, steps, block]."""
+    signed = weight.mins is None
+    if not weight.dots:
+        return widened_nibbles(weight.values, signed)
+    xp = np if isinstance(weight.values, np.ndarray) else jnp
+    *lead, blocks, steps, half = weight.values.shape
+    pairs = weight.values.reshape(*lead, blocks, steps // 2, 2 * half)
+    values = xp.stack([pairs & 15, pairs >> 4], axis=-2).astype(xp.int8).reshape(*lead, blocks, steps, 2 * half)
+    return values - 8 if signed else values
 
 
 def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
     """Rows `ids` [t] of a packed int8 matrix (an embedding's lookup of an int8 head), as
     an Int8Weight [t, in]. (A head of 4-bit values or offsets is never packed: llama.py.)"""
     assert weight.bits == 8 and weight.mins is None, "a packed head is int8 without offsets"
-    rows, step = native.block_shape()
+    rows, step = DOT_BLOCK if weight.dots else native.block_shape()
     blocks, lanes = ids // rows, ids % rows
     values = weight.values.reshape(*weight.values.shape[:-1], rows, step)[blocks, :, lanes]  # [t, steps, step]
     return Int8Weight(values=values.reshape(ids.shape[0], -1), scales=weight.scales[blocks, :, lanes])
@@ -148,7 +200,7 @@ def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
 def at_layer(weight: PackedWeight, layer) -> NativeWeight:
     """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one)."""
     return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32),
-                        mins=weight.mins, bits=weight.bits)
+                        mins=weight.mins, bits=weight.bits, dots=weight.dots)
 
 
 def registered() -> None:
@@ -171,7 +223,8 @@ def linear(x, weight: NativeWeight):
     x = x.astype(jnp.bfloat16)
     if weight.scales is None:
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
-    target = f"flint_linear_{'int8' if weight.bits == 8 else 's4' if weight.mins is None else 'u4'}"
+    kind = "dot" if weight.dots else "linear"  # a GGUF file's blocks over int8 inputs (dot.cc), or bfloat16 ones
+    target = f"flint_{kind}_{'int8' if weight.bits == 8 else 's4' if weight.mins is None else 'u4'}"
     if weight.mins is None:
         return jax.ffi.ffi_call(target, out)(x, weight.values, weight.scales, weight.layer)
     return jax.ffi.ffi_call(f"{target}_mins", out)(x, weight.values, weight.scales, weight.mins, weight.layer)

@@ -1,0 +1,309 @@
+// Products of a GGUF file's own blocks over integer inputs: each token's inputs are
+// quantized per group of the weight's, as ggml does, but in two int8 digits: x = d (q + r /
+// 254), q = round(x / d) with d = max |x| / 127, and r the rest in 254ths of d. A group's
+// product is two exact integer dot products by AVX512-VNNI's `vpdpbusd` (four u8 x s8
+// products a lane an instruction, 64 a vector), joined and scaled into the row's float32
+// sum with the weight's and the inputs' scales, then the group's offset times its inputs'
+// sum. (engine/device/native/ops.py `linear`; the weights' layout: ops.py `packed_for_dots`.)
+//
+// Why two digits: one (ggml's) moved SmolLM2's distributions 4 times as far from float32
+// as bfloat16 inputs do (KL 4.2e-3 against 1.0e-3), further than the int8 weights it
+// replaces; the second digit brings the inputs' rounding under bfloat16's (BENCHMARKS.md).
+//
+// Four times the products an instruction of the bfloat16 pairs (linear.cc), and no
+// widening of 4-bit values but a mask and a shift. Every output is still summed in one
+// order, group by group, whatever the count of tokens: a token's quantized inputs depend
+// on its own inputs alone, so a row's product is the same bits among any others.
+//
+// The weights are unsigned in the products: 4-bit values as they are (Q4_0's q - 8 kept as
+// q, the 8 taken off as 8 x the inputs' sum), int8 values with their sign bit flipped (q +
+// 128, the 128 taken off likewise): both exact, in integers. Built where the CPU has
+// AVX512-VNNI and AVX512BW; elsewhere `FlintIntegerDots` says 0 and no weight is packed so.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "blocks.h"
+#include "shapes.h"
+#include "simd.h"
+
+using namespace flint;
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#define FLINT_INTEGER_DOTS 1
+
+namespace {
+
+constexpr int64_t kDotStep = 4;                 // inputs a lane folds an instruction
+constexpr int64_t kDotBytes = kLanes * kDotStep;  // a step's weights of 16 rows: 64 bytes
+constexpr int kDotTokens = 4;                   // tokens a tile carries
+constexpr int kDotBlocks = 2;                   // blocks of rows a tile carries past one token
+
+constexpr float kRest = 254.0f;  // the second digit's steps in one of the first's
+
+// Each token's inputs quantized per group in two int8 digits (the module's comment): the
+// digits, the group's scale d, each digit's sum, and the group's sum as the digits stand
+// for it, d (sum q + sum r / 254).
+struct QuantizedInputs {
+  std::vector<int8_t> high, low;         // [tokens, k]
+  std::vector<float> scales, totals;     // [tokens, groups]
+  std::vector<int32_t> high_sums, low_sums;  // [tokens, groups]
+  int64_t k, groups;
+};
+
+// 16 bfloat16 inputs as float32.
+inline __m512 sixteen_inputs(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+// One group of a token's inputs in two digits (16 lanes at a time); returns nothing, writes
+// the digits at `high` and `low` and the group's entries at `at`.
+void quantize_group(const uint16_t* x, int64_t group, int8_t* high, int8_t* low, QuantizedInputs& in, int64_t at) {
+  __m512 largest = _mm512_setzero_ps();
+  for (int64_t i = 0; i < group; i += 16) largest = _mm512_max_ps(largest, _mm512_abs_ps(sixteen_inputs(x + i)));
+  const float most = _mm512_reduce_max_ps(largest);
+  const __m512 inverse = _mm512_set1_ps(most > 0.0f ? 127.0f / most : 0.0f), rest = _mm512_set1_ps(kRest);
+  const __m512 bound = _mm512_set1_ps(127.0f);
+  __m512i high_sums = _mm512_setzero_si512(), low_sums = _mm512_setzero_si512();
+  for (int64_t i = 0; i < group; i += 16) {
+    const __m512 steps = _mm512_mul_ps(sixteen_inputs(x + i), inverse);
+    const __m512 whole = _mm512_roundscale_ps(steps, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 part = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(steps, whole), rest),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    part = _mm512_min_ps(_mm512_max_ps(part, _mm512_sub_ps(_mm512_setzero_ps(), bound)), bound);
+    const __m512i whole_int = _mm512_cvtps_epi32(whole), part_int = _mm512_cvtps_epi32(part);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(high + i), _mm512_cvtepi32_epi8(whole_int));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(low + i), _mm512_cvtepi32_epi8(part_int));
+    high_sums = _mm512_add_epi32(high_sums, whole_int);
+    low_sums = _mm512_add_epi32(low_sums, part_int);
+  }
+  const float scale = most / 127.0f;
+  in.scales[at] = scale;
+  in.high_sums[at] = _mm512_reduce_add_epi32(high_sums);
+  in.low_sums[at] = _mm512_reduce_add_epi32(low_sums);
+  in.totals[at] = scale * (float(in.high_sums[at]) + float(in.low_sums[at]) / kRest);
+}
+
+// Every token's inputs in two digits, group by group (groups of 16 or 32).
+QuantizedInputs quantized(const uint16_t* x, int64_t tokens, int64_t k, int64_t group) {
+  const int64_t groups = k / group, count = tokens * groups;
+  QuantizedInputs in{std::vector<int8_t>(tokens * k), std::vector<int8_t>(tokens * k), std::vector<float>(count),
+                     std::vector<float>(count), std::vector<int32_t>(count), std::vector<int32_t>(count), k, groups};
+  for (int64_t token = 0; token < tokens; ++token)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t first = token * k + g * group;
+      quantize_group(x + first, group, in.high.data() + first, in.low.data() + first, in, token * groups + g);
+    }
+  return in;
+}
+
+// A pair of steps' weights of 16 rows as unsigned bytes: 4-bit values, the pair's 64 bytes
+// holding the first step in their low halves and the second in their high halves.
+struct DotNibbles {
+  const uint8_t* values;  // [n / 16, k / 8, 64]
+  static constexpr int64_t kBlockBytes = kDotBytes / 2;
+  void pair(int64_t block, int64_t pair, int64_t k, __m512i& first, __m512i& second) const {
+    const __m512i bytes = _mm512_loadu_si512(values + (block * (k / (2 * kDotStep)) + pair) * kDotBytes);
+    const __m512i mask = _mm512_set1_epi8(15);
+    first = _mm512_and_si512(bytes, mask);
+    second = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+  }
+};
+
+// int8 values, 64 bytes a step, their sign bits flipped as read (q + 128).
+struct DotBytes {
+  const int8_t* values;  // [n / 16, k / 4, 64]
+  static constexpr int64_t kBlockBytes = kDotBytes;
+  void pair(int64_t block, int64_t pair, int64_t k, __m512i& first, __m512i& second) const {
+    const int8_t* at = values + (block * (k / kDotStep) + 2 * pair) * kDotBytes;
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    first = _mm512_xor_si512(_mm512_loadu_si512(at), flip);
+    second = _mm512_xor_si512(_mm512_loadu_si512(at + kDotBytes), flip);
+  }
+};
+
+template <typename Values, int kBias, bool kMins>
+struct DotRows {
+  Values values;
+  const float* scales;  // [n / 16, groups, 16]
+  const float* mins;    // the same, where kMins
+  int64_t k, group;
+};
+
+inline fvec as_float(__m512i integers) { return (fvec)_mm512_cvtepi32_ps(integers); }
+
+// Four inputs of a token, in every lane.
+inline __m512i four_inputs(const int8_t* p) {
+  int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  return _mm512_set1_epi32(four);
+}
+
+// C blocks of rows from `block` times T tokens from `token`, into y [tokens, n]: a group's
+// integer dot, then its scales and offset, group after group.
+template <int C, int T, typename Rows, int kBias, bool kMins>
+void dot_tile(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t block, int64_t token, float* y) {
+  fvec sums[C][T] = {};
+  const int64_t pairs = w.group / (2 * kDotStep), k = w.k;
+  for (int64_t g = 0; g < in.groups; ++g) {
+    __m512i highs[C][T], lows[C][T];
+    for (int c = 0; c < C; ++c)
+      for (int t = 0; t < T; ++t) highs[c][t] = lows[c][t] = _mm512_setzero_si512();
+    for (int64_t pair = g * pairs; pair < (g + 1) * pairs; ++pair) {
+      __m512i first[C], second[C];
+      for (int c = 0; c < C; ++c) w.values.pair(block + c, pair, k, first[c], second[c]);
+      for (int t = 0; t < T; ++t) {  // a token's four broadcasts, then every block's products
+        const int64_t at = (token + t) * k + pair * 2 * kDotStep;
+        const __m512i high0 = four_inputs(in.high.data() + at), high1 = four_inputs(in.high.data() + at + kDotStep);
+        const __m512i low0 = four_inputs(in.low.data() + at), low1 = four_inputs(in.low.data() + at + kDotStep);
+        for (int c = 0; c < C; ++c) {
+          highs[c][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(highs[c][t], first[c], high0), second[c], high1);
+          lows[c][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lows[c][t], first[c], low0), second[c], low1);
+        }
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      const fvec scale = load(w.scales + ((block + c) * in.groups + g) * kLanes);
+      for (int t = 0; t < T; ++t) {
+        const int64_t at = (token + t) * in.groups + g;
+        const fvec high = as_float(_mm512_sub_epi32(highs[c][t], _mm512_set1_epi32(kBias * in.high_sums[at])));
+        const fvec low = as_float(_mm512_sub_epi32(lows[c][t], _mm512_set1_epi32(kBias * in.low_sums[at])));
+        const fvec dot = fused_multiply_add(low, splat(1.0f / kRest), high);
+        sums[c][t] = fused_multiply_add(dot, scale * splat(in.scales[at]), sums[c][t]);
+        if constexpr (kMins) {
+          const fvec min = load(w.mins + ((block + c) * in.groups + g) * kLanes);
+          sums[c][t] = fused_multiply_add(min, splat(in.totals[at]), sums[c][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) std::memcpy(y + (token + t) * n + (block + c) * kLanes, &sums[c][t], sizeof(fvec));
+}
+
+template <int C, int T, typename Rows, int kBias, bool kMins>
+void dot_blocks(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t first, int64_t end, int64_t token,
+                float* y) {
+  int64_t block = first;
+  for (; block + C <= end; block += C) dot_tile<C, T, Rows, kBias, kMins>(w, in, n, block, token, y);
+  for (; block < end; ++block) dot_tile<1, T, Rows, kBias, kMins>(w, in, n, block, token, y);
+}
+
+// Every token, kDotTokens at a time, the last tile with the rest; one block a tile for a
+// single token (a stream of weights the prefetcher follows), kDotBlocks past it.
+template <typename Rows, int kBias, bool kMins>
+void dot_tokens(const Rows& w, const QuantizedInputs& in, int64_t tokens, int64_t n, int64_t first, int64_t end,
+                float* y) {
+  if (tokens == 1) return dot_blocks<1, 1, Rows, kBias, kMins>(w, in, n, first, end, 0, y);
+  int64_t token = 0;
+  for (; token + kDotTokens <= tokens; token += kDotTokens)
+    dot_blocks<kDotBlocks, kDotTokens, Rows, kBias, kMins>(w, in, n, first, end, token, y);
+  switch (tokens - token) {
+    case 3: dot_blocks<kDotBlocks, 3, Rows, kBias, kMins>(w, in, n, first, end, token, y); break;
+    case 2: dot_blocks<kDotBlocks, 2, Rows, kBias, kMins>(w, in, n, first, end, token, y); break;
+    case 1: dot_blocks<kDotBlocks, 1, Rows, kBias, kMins>(w, in, n, first, end, token, y); break;
+    default: break;
+  }
+}
+
+template <typename Values, int kBias, bool kMins>
+ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, ffi::Span<const int64_t> dims,
+                       const void* values, const ffi::Buffer<ffi::F32>& scales, const ffi::Buffer<ffi::F32>* mins,
+                       const ffi::Buffer<ffi::S32>& layer, float* y) {
+  auto scale_dims = scales.dimensions();
+  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kDotStep);
+  const int64_t groups = scale_dims[scale_dims.size() - 2];
+  if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_dot: bad scales");
+  if (mins != nullptr && mins->element_count() != scales.element_count())
+    return ffi::Error::InvalidArgument("flint_dot: the offsets and the scales disagree");
+  const int64_t group = k_weight / groups;
+  if (auto error = check_shapes(k, n, k_weight, group, 2 * kDotStep); error.failure()) return error;
+  const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
+  const int64_t layer_bytes = (n / kLanes) * (k / kDotStep) * Values::kBlockBytes;
+  const auto* base = static_cast<const uint8_t*>(values) + index * layer_bytes;
+  DotRows<Values, kBias, kMins> w{Values{reinterpret_cast<decltype(Values::values)>(base)},
+                                  scales.typed_data() + layer_scales,
+                                  mins == nullptr ? nullptr : mins->typed_data() + layer_scales, k, group};
+  const QuantizedInputs in = quantized(input_bits(x), tokens, k, group);
+  const int64_t blocks = n / kLanes, per_chunk = 64 / kLanes, chunks = (blocks + per_chunk - 1) / per_chunk;
+  parallel_for(pool, chunks, [&](int64_t chunk) {
+    const int64_t first = chunk * per_chunk, end = std::min(blocks, first + per_chunk);
+    dot_tokens<DotRows<Values, kBias, kMins>, kBias, kMins>(w, in, tokens, n, first, end, y);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error DotInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
+                   ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<DotBytes, 128, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
+                                          y->typed_data());
+}
+
+ffi::Error DotInt8Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
+                       ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
+                       ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<DotBytes, 128, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
+                                         y->typed_data());
+}
+
+ffi::Error DotS4(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
+                 ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<DotNibbles, 8, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
+                                          y->typed_data());
+}
+
+ffi::Error DotU4Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
+                     ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
+                     ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<DotNibbles, 0, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
+                                         y->typed_data());
+}
+
+}  // namespace
+
+#else
+
+namespace {
+
+ffi::Error NoDots() { return ffi::Error::InvalidArgument("flint_dot: this build has no integer dot products"); }
+ffi::Error DotInt8(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::S8>, ffi::Buffer<ffi::F32>,
+                   ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+ffi::Error DotInt8Mins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::S8>, ffi::Buffer<ffi::F32>,
+                       ffi::Buffer<ffi::F32>, ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+ffi::Error DotS4(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::U8>, ffi::Buffer<ffi::F32>,
+                 ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+ffi::Error DotU4Mins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::U8>, ffi::Buffer<ffi::F32>,
+                     ffi::Buffer<ffi::F32>, ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+
+}  // namespace
+
+#endif
+
+// Whether this build has the integer dot products (module.cc `integer_dots`).
+extern "C" int FlintIntegerDots() {
+#ifdef FLINT_INTEGER_DOTS
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+#define FLINT_DOT_HANDLER(symbol, function, ValueType, ...)             \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                         \
+                                ffi::Ffi::Bind()                          \
+                                    .Ctx<ffi::ThreadPool>()               \
+                                    .Arg<ffi::Buffer<ffi::BF16>>()        \
+                                    .Arg<ffi::Buffer<ValueType>>()        \
+                                    .Arg<ffi::Buffer<ffi::F32>>() __VA_ARGS__ \
+                                    .Arg<ffi::Buffer<ffi::S32>>()         \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+
+FLINT_DOT_HANDLER(FlintDotInt8, DotInt8, ffi::S8)
+FLINT_DOT_HANDLER(FlintDotInt8Mins, DotInt8Mins, ffi::S8, .Arg<ffi::Buffer<ffi::F32>>())
+FLINT_DOT_HANDLER(FlintDotS4, DotS4, ffi::U8)
+FLINT_DOT_HANDLER(FlintDotU4Mins, DotU4Mins, ffi::U8, .Arg<ffi::Buffer<ffi::F32>>())

@@ -1,0 +1,41 @@
+// What the linear kernels' FFI handlers share (linear.cc, dot.cc): a packed weight's shape
+// and layer, and the inputs' bits.
+
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "simd.h"
+
+namespace flint {
+
+// The inputs' bfloat16 bits.
+inline const uint16_t* input_bits(const ffi::Buffer<ffi::BF16>& x) { return reinterpret_cast<const uint16_t*>(x.typed_data()); }
+
+// A packed weight's [..., n / kLanes, k / kStep, block] as (n, k), where `block` is the
+// build's block in the weight's elements (kBlockElements; half that in bytes for 4-bit
+// values); n < 0 where the last dimension is not (packed for another CPU).
+inline std::pair<int64_t, int64_t> unpacked_shape(ffi::Span<const int64_t> dims, int64_t block, int64_t step) {
+  const size_t rank = dims.size();
+  if (rank < 3 || dims[rank - 1] != block) return {-1, -1};
+  return {dims[rank - 3] * kLanes, dims[rank - 2] * step};
+}
+
+// The packed weight's (n, k) against the inputs' k and the groups: an error naming what
+// is wrong, or success. `step`: the inputs a step of the product folds.
+inline ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t group, int64_t step) {
+  if (n < 0) return ffi::Error::InvalidArgument("flint_linear: a weight not packed for this build's blocks");
+  if (k != k_weight) return ffi::Error::InvalidArgument("flint_linear: x and weight disagree on inputs");
+  if (group <= 0 || group % step != 0 || k % group != 0)
+    return ffi::Error::InvalidArgument("flint_linear: groups not served by the native kernel");
+  return ffi::Error::Success();
+}
+
+// The layer of a stack (a leading dimension past the packed three) read in place at
+// `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
+inline int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
+  return dims.size() < 4 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
+}
+
+}  // namespace flint
