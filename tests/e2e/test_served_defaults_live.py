@@ -1,5 +1,6 @@
 """The served defaults: SmolLM2 on the path `flint serve` takes with no flags (auto
-quantization: int8 weights through the native CPU kernels; the auto cache: keys in
+quantization: the GGUF file's own Q4_1 blocks and Q8_0 head through the native CPU kernels,
+over integer inputs where the CPU has AVX512-VNNI; the auto cache: keys in
 bfloat16, values in float8), through HTTP with the `openai` SDK. The session's live server
 (tests/e2e/conftest.py) serves that path, with fewer sequences and buckets, so that every
 live test runs it too; the first test checks that the two resolve alike.
@@ -25,7 +26,9 @@ import pytest
 from api.server.cli import build_parser
 from api.server.serve import settings_from_args
 from engine.device.attention import NATIVE_CPU
+from engine.device import native
 from engine.device.native import available as native_available
+from engine.device.native.ops import PackedWeight
 
 SEEDED = {"temperature": 1.0, "top_p": 0.95, "seed": 1234}
 WORDS = ("river stone lantern harbor meadow copper violet thunder orchard candle basket pepper "
@@ -57,8 +60,9 @@ def logprobs_of(choice) -> tuple[list, list]:
 
 
 def test_the_server_runs_the_served_defaults(state, tmp_path):
-    """What the rest of this module tests: int8 weights, the native kernels, float8 values,
-    each left to "auto" as `flint serve`'s own flags leave it."""
+    """What the rest of this module tests: the file's own blocks, the native kernels (integer
+    dots where the build has them), float8 values, each left to "auto" as `flint serve`'s
+    own flags leave it."""
     served = settings_from_args(build_parser().parse_args(["serve", "--data-dir", str(tmp_path)])).engine
     live = state.settings.engine
     choices = ("quantization", "kv_cache_dtype", "cpu_kernels", "attention", "dtype")
@@ -66,7 +70,11 @@ def test_the_server_runs_the_served_defaults(state, tmp_path):
     runner = state.engine.engine.runner
     assert native_available()
     assert (runner.cpu_kernels, runner.attention, runner.kv_cache_dtype) == ("native", NATIVE_CPU, "float8_values")
-    assert state.engine.engine.config.quantization == "int8"
+    assert state.engine.engine.config.quantization == "gguf"
+    assert state.engine.engine.weight_formats.kept == {"Q4_1": 7 * 30, "Q8_0": 1}
+    gate_up, head = runner.state["layers"]["w_gate_up"], runner.state["embed"]
+    assert isinstance(gate_up, PackedWeight) and (gate_up.bits, gate_up.mins is not None) == (4, True)
+    assert gate_up.dots == head.dots == native.integer_dots()
 
 
 def streams_in_the_background(sdk, model, prompts, started: threading.Barrier, ends: list):

@@ -16,12 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from api_helpers import wait_until_serving
 from gguf_block_files import BLOCKS_CONFIG, kept_weight, q4_k_m_types, write_blocks_gguf
+from litestar.testing import TestClient
 from native_kernels import require_native_kernels
 from numpy_reference import forward
 from test_native_cpu import rows_among_others
 
+from api.server.app import create_app
+from api.server.settings import Settings
 from engine.config import EngineConfig
+from engine.engine import Engine
 from engine.device import native
 from engine.device.native import ops
 from engine.device.runner import ModelRunner, RowPlan
@@ -29,6 +34,7 @@ from engine.device.weights import Int8Weight, alike, dequantize, resolve_quantiz
 from engine.loader import served_cache
 from engine.loader.checkpoint import load_checkpoint
 from engine.loader.gguf_blocks import KEPT, blocks_of
+from generated.flint import HealthResponse
 
 Q = gguf.GGMLQuantizationType
 TYPES = list(KEPT)
@@ -173,16 +179,30 @@ def test_a_q4_k_m_model_serves_closer_to_its_float_reference_than_int8(q4_k_m_fi
     assert error["gguf", "auto"] < 0.05 and error["gguf", "auto"] < error["int8", "auto"]
 
 
-def test_a_type_without_a_kernel_falls_back_by_name(tmp_path):
+def test_a_type_without_a_kernel_falls_back_by_name_in_the_log_and_health(tmp_path, caplog, smollm2_tokenizer):
     types = {**q4_k_m_types(), "blk.1.attn_output.weight": Q.Q5_0, "token_embd.weight": Q.Q4_K}
-    checkpoint = load_checkpoint(write_blocks_gguf(tmp_path / "mixed.gguf", types), blocks=True)
+    with caplog.at_level("WARNING", logger="flint"):
+        checkpoint = load_checkpoint(write_blocks_gguf(tmp_path / "mixed.gguf", types), blocks=True)
     fell_back = checkpoint.formats.fell_back
     assert set(fell_back) == {"blk.1.attn_output.weight", "token_embd.weight"}
     assert "Q5_0 has no native kernel" in fell_back["blk.1.attn_output.weight"]
     assert "embedding and head keep only Q8_0, Q6_K" in fell_back["token_embd.weight"]
+    assert "blk.1.attn_output.weight" in caplog.text and "Q5_0 has no native kernel" in caplog.text
     # The stack it is in is served as int8 (one form over the layers), and it still serves.
     assert not isinstance(checkpoint.params["layers"]["wo"], Int8Weight)
     assert np.isfinite(served_logits(checkpoint, "gguf")).all()
+
+    def engine_factory(settings: Settings) -> Engine:
+        engine = Engine(checkpoint, smollm2_tokenizer, settings.engine)
+        engine.runner.warmup(buckets=engine.runner.essential_buckets())
+        return engine
+
+    config = dataclasses.replace(ENGINE, quantization="gguf", token_buckets=(32,))
+    with TestClient(app=create_app(Settings(engine=config), engine_factory=engine_factory)) as client:
+        wait_until_serving(client)
+        weights = HealthResponse.model_validate(client.get("/health").json()).weights
+    assert (weights.quantization, weights.kept) == ("gguf", {"Q4_K": 11, "Q6_K": 3})
+    assert {entry.tensor: entry.reason for entry in weights.fell_back} == fell_back
 
 
 def test_the_served_blocks_are_kept_between_starts(q4_k_m_file, tmp_path):
