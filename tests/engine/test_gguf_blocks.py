@@ -217,3 +217,29 @@ def test_the_served_blocks_are_kept_between_starts(q4_k_m_file, tmp_path):
     for kept, made in zip(jax.tree.leaves(again), jax.tree.leaves(served)):
         np.testing.assert_array_equal(np.asarray(kept), np.asarray(made))
     assert served_cache.formats_of(path) == checkpoint.formats
+
+
+def test_new_weights_are_quantized_into_the_served_forms(q4_k_m_file, smollm2_tokenizer):
+    """A model served from its blocks takes float weights (a trainer's) quantized into each
+    weight's served form (4-bit with offsets, groups of 16, integer dots), so the compiled
+    steps take them: one program compiled (the relayout), and the logits follow the new
+    weights within 4-bit quantization's error."""
+    from engine.device.compile_cache import CompileCounter
+    from engine.models.params import random_params
+
+    checkpoint = load_checkpoint(q4_k_m_file, blocks=True)
+    engine = Engine(checkpoint, smollm2_tokenizer, dataclasses.replace(ENGINE, quantization="gguf"))
+    runner = engine.runner
+    forms = jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype), runner.state)
+    new = random_params(BLOCKS_CONFIG, seed=7)
+    expected = forward(BLOCKS_CONFIG, new, PROMPT)
+    before = runner.hidden_logits([RowPlan(PROMPT, 0, [1, 2, 3, 4])])
+    with CompileCounter() as compiled:
+        engine.residency.update_weights(new)
+        engine.residency.update_weights(jax.tree.map(lambda leaf: leaf * 1.0, new))
+    assert compiled.compiled + compiled.loaded == 1, compiled.describe()
+    assert jax.tree.map(lambda leaf: (leaf.shape, leaf.dtype), runner.state) == forms
+    after = runner.hidden_logits([RowPlan(PROMPT, 0, [1, 2, 3, 4])])
+    error = np.max(np.abs(after - expected)) / np.max(np.abs(expected))
+    print(f"relative error after the update: {error:.4f}")
+    assert error < 0.1 and np.max(np.abs(before - expected)) / np.max(np.abs(expected)) > 0.5
