@@ -137,14 +137,11 @@ template <typename Values, bool kMins>
 ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, ffi::Span<const int64_t> dims,
                            const typename Values::Element* values, const ffi::Buffer<ffi::F32>& scales,
                            const ffi::Buffer<ffi::F32>* mins, const ffi::Buffer<ffi::S32>& layer, float* y) {
-  auto scale_dims = scales.dimensions();
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kStep);
-  const int64_t groups = scale_dims[scale_dims.size() - 2];
-  if (groups <= 0 || k_weight % groups != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
-  if (mins != nullptr && mins->element_count() != scales.element_count())
-    return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales disagree");
-  const int64_t group = k_weight / groups;
+  Groups found;
+  if (auto error = groups_of(scales, mins, k_weight, found); error.failure()) return error;
+  const int64_t groups = found.count, group = found.size;
   if (auto error = check_shapes(k, n, k_weight, group, kStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
   GroupedRows<Values, kMins> w{Values{values + index * (n / kLanes) * (k / kStep) * Values::kBlockBytes},

@@ -32,6 +32,24 @@ inline ffi::Error check_shapes(int64_t k, int64_t n, int64_t k_weight, int64_t g
   return ffi::Error::Success();
 }
 
+// A grouped weight's groups a row (from its scales [..., n / kLanes, groups, kLanes]) and
+// their size, checked against its inputs and its offsets (`mins`, the scales' shape, or
+// null); groups <= 0 where they do not fit.
+struct Groups {
+  int64_t count = 0, size = 0;
+};
+
+inline ffi::Error groups_of(const ffi::Buffer<ffi::F32>& scales, const ffi::Buffer<ffi::F32>* mins, int64_t k_weight,
+                            Groups& groups) {
+  auto dims = scales.dimensions();
+  groups.count = dims[dims.size() - 2];
+  if (groups.count <= 0 || k_weight % groups.count != 0) return ffi::Error::InvalidArgument("flint_linear: bad scales");
+  if (mins != nullptr && mins->element_count() != scales.element_count())
+    return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales disagree");
+  groups.size = k_weight / groups.count;
+  return ffi::Error::Success();
+}
+
 // The layer of a stack (a leading dimension past the packed three) read in place at
 // `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
 inline int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
