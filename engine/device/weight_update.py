@@ -1,7 +1,7 @@
 """New weights re-laid into a running model's served state on its devices, with no new
 step program: the served layout (fused projections, int8 or FP8 where served, a GGUF
-file's block forms, the native kernels' blocks, stacked or per-layer arrays) is made by one jitted function from the
-checkpoint's layout, with each output placed as the state it replaces is, so the step
+file's block forms, the native kernels' blocks, stacked or per-layer arrays) is made by one
+jitted function from the checkpoint's layout, with each output placed as the state it replaces is, so the step
 executables compiled for that state take the new one as they took the old.
 
 The relayout compiles once per form of input (tensor names, or the loader's tree, in their
@@ -59,11 +59,11 @@ class WeightRelayout:
 
 
 def integer_forms(state: dict) -> dict:
-    """The (bits, groups, offsets, integer dots) of each integer weight of a served state, by its place:
-    name, or ("layers", name)."""
-    def form(weight):
+    """The (bits, groups, offsets, integer dots) of each integer weight of a served state, by
+    its place: name, or ("layers", name)."""
+    def form(weight):  # a packed weight's scales are [..., blocks, groups, rows]
         if isinstance(weight, PackedWeight) and weight.scales is not None:
-            return weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.integer_dots
+            return weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.dots
         if isinstance(weight, Int8Weight):
             return weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots
         return None

@@ -25,7 +25,6 @@ factors are small.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -140,7 +139,8 @@ def dequantize(weight, dtype=jnp.float32) -> jax.Array:
     matrix = widened_groups(weight.values, weight.scales, dtype)
     if getattr(weight, "mins", None) is None:
         return matrix
-    return matrix + widened_groups(jnp.ones_like(weight.values, dtype), weight.mins, dtype)
+    group = weight.values.shape[-1] // weight.mins.shape[-1]
+    return matrix + jnp.repeat(jnp.asarray(weight.mins).astype(dtype), group, axis=-1)
 
 
 # Int8Weights of different forms made one, exactly, so they stack (over layers) or
@@ -164,12 +164,13 @@ def alike(weights: list) -> list:
     kinds = {(weight.bits, weight.mins is None) for weight in weights}
     bits = weights[0].bits if len(kinds) == 1 else 8
     dots = all(weight.integer_dots for weight in weights)
-    return [dataclasses.replace(in_form(weight, groups, offsets, bits), integer_dots=dots) for weight in weights]
+    return [in_form(weight, groups, offsets, bits, dots) for weight in weights]
 
 
-def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int) -> Int8Weight:
+def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int, dots: bool) -> Int8Weight:
     """`weight` with `groups` groups a row (a multiple of its own), offsets where `offsets`,
-    marked as `bits` (no fewer than its own)."""
+    marked as `bits` (no fewer than its own) and as multiplied over integer inputs where
+    `dots`."""
     xp = np if isinstance(weight.values, np.ndarray) else jnp
     factor = groups // weight.scales.shape[-1]
     if factor * weight.scales.shape[-1] != groups:
@@ -177,7 +178,7 @@ def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int) -> Int8We
     finer = lambda array: array if factor == 1 else xp.repeat(array, factor, axis=-1)
     mins = weight.mins if weight.mins is not None or not offsets else xp.zeros_like(weight.scales)
     return Int8Weight(values=weight.values, scales=finer(weight.scales), mins=None if mins is None else finer(mins),
-                      bits=max(bits, weight.bits), integer_dots=weight.integer_dots)
+                      bits=max(bits, weight.bits), integer_dots=dots)
 
 
 def concatenated(weights: list, axis: int):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import json
 import logging
-import math
 import mmap
 import os
 from pathlib import Path
@@ -117,18 +117,21 @@ def save(path: Path, weights: dict, formats: WeightFormats | None = None) -> Non
     partial.replace(path)
 
 
+def header_text(path: Path) -> bytes:
+    """A safetensors file's JSON header, with the spaces that pad it."""
+    with path.open("rb") as file:
+        return file.read(int.from_bytes(file.read(8), "little"))
+
+
 def header_text_length(path: Path) -> int:
     """The length of a safetensors file's JSON header, without the spaces that pad it."""
-    with path.open("rb") as file:
-        return len(file.read(int.from_bytes(file.read(8), "little")).rstrip(b" "))
+    return len(header_text(path).rstrip(b" "))
 
 
 def formats_of(path: Path) -> WeightFormats | None:
     """What `save` was told the GGUF file's projections were read as, or None."""
     try:
-        with path.open("rb") as file:
-            header = json.loads(file.read(int.from_bytes(file.read(8), "little")))
-        text = (header.get("__metadata__") or {}).get("formats")
+        text = (json.loads(header_text(path)).get("__metadata__") or {}).get("formats")
         return None if text is None else WeightFormats.from_json(text)
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -184,8 +187,8 @@ def _flatten(weights: dict, prefix: str = ""):
         key = f"{prefix}{name}"
         if isinstance(value, dict):
             yield from _flatten(value, f"{key}/")
-        elif isinstance(value, Int8Weight):  # 4-bit values and a GGUF file's blocks named so, offsets where it has them
-            yield f"{key}/{'int8' if value.bits == 8 else 'int4'}{'.dots' if value.integer_dots else ''}.values", value.values
+        elif isinstance(value, Int8Weight):  # offsets where it has them
+            yield f"{key}/{integer_values_key(value.bits, value.integer_dots)}", value.values
             yield f"{key}/int8.scales", value.scales
             if value.mins is not None:
                 yield f"{key}/int8.mins", value.mins
@@ -207,11 +210,17 @@ def _unflatten(flat: dict) -> dict:
     return _rebuild_quantized(tree)
 
 
+def integer_values_key(bits: int, dots: bool) -> str:
+    """The name of an Int8Weight's values, which says its static form: 4-bit values, and a
+    GGUF file's blocks (multiplied over integer inputs where the CPU has them)."""
+    return f"{'int8' if bits == 8 else 'int4'}{'.dots' if dots else ''}.values"
+
+
 def _rebuild_quantized(node):
     if not isinstance(node, dict):
         return node
-    for values, bits, dots in (("int8.values", 8, False), ("int4.values", 4, False), ("int8.dots.values", 8, True),
-                               ("int4.dots.values", 4, True)):
+    for bits, dots in itertools.product((8, 4), (False, True)):
+        values = integer_values_key(bits, dots)
         if set(node) in ({values, "int8.scales"}, {values, "int8.scales", "int8.mins"}):
             return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits,
                               integer_dots=dots)

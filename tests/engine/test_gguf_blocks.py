@@ -21,7 +21,7 @@ from gguf_block_files import BLOCKS_CONFIG, kept_weight, q4_k_m_types, write_blo
 from litestar.testing import TestClient
 from native_kernels import require_native_kernels
 from numpy_reference import forward
-from test_native_cpu import rows_among_others
+from test_native_cpu import assert_the_same_bits_among_any_tokens
 
 from api.server.app import create_app
 from api.server.settings import Settings
@@ -118,11 +118,7 @@ def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype, in
     data, _ = kept_weight(qtype, (80, 512), seed=3)
     native_weight = ops.at_layer(ops.packed(blocks_of(data, qtype, (80, 512))), 0)
     rows = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
-    alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
-    for tokens in range(1, 65):
-        x, where = rows_among_others(rows, tokens, seed=tokens)
-        got = np.asarray(ops.linear(x, native_weight))[where]
-        assert (got == alone[:len(where)]).all(), f"{qtype.name}, {tokens} tokens"
+    assert_the_same_bits_among_any_tokens(native_weight, rows, f"{qtype.name}, {inputs}")
 
 
 def test_mixed_types_stack_and_fuse_in_one_form_exactly():

@@ -109,12 +109,17 @@ def test_a_row_s_product_is_the_same_bits_at_every_count_of_tokens(kind):
     weight = {"int8": quantize_int8(matrix), "bfloat16": matrix[0].astype(jnp.bfloat16),
               "int8 head": quantize_int8(matrix, HEAD_GROUP_SIZE)}[kind]
     native_weight = ops.at_layer(ops.packed(weight), 1 if kind == "int8" else 0)
-    rows = random_matrix((3, width), seed=8)
+    assert_the_same_bits_among_any_tokens(native_weight, random_matrix((3, width), seed=8), kind)
+
+
+def assert_the_same_bits_among_any_tokens(native_weight, rows, label: str) -> None:
+    """Each of `rows`' products alone is bit for bit its product among 1 to 64 tokens, at
+    scattered places among them."""
     alone = np.stack([np.asarray(ops.linear(jnp.asarray(row[None]), native_weight))[0] for row in rows])
     for tokens in range(1, 65):
         x, where = rows_among_others(rows, tokens, seed=tokens)
         got = np.asarray(ops.linear(x, native_weight))[where]
-        assert (got == alone[:len(where)]).all(), f"{kind}, {tokens} tokens, {products_path()}"
+        assert (got == alone[:len(where)]).all(), f"{label}, {tokens} tokens, {products_path()}"
 
 
 def test_products_run_in_pairs_where_the_cpu_has_them():

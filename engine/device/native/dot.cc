@@ -4,7 +4,7 @@
 // product is two exact integer dot products by AVX512-VNNI's `vpdpbusd` (four u8 x s8
 // products a lane an instruction, 64 a vector), joined and scaled into the row's float32
 // sum with the weight's and the inputs' scales, then the group's offset times its inputs'
-// sum. (engine/device/native/ops.py `linear`; the weights' layout: ops.py `packed_for_dots`.)
+// sum. (engine/device/native/ops.py `linear`; the weights' layout: ops.py `packed`.)
 //
 // Why two digits: one (ggml's) moved SmolLM2's distributions 4 times as far from float32
 // as bfloat16 inputs do (KL 4.2e-3 against 1.0e-3), further than the int8 weights it
@@ -29,6 +29,9 @@
 #include "blocks.h"
 #include "shapes.h"
 #include "simd.h"
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include "two_digits.h"
+#endif
 
 using namespace flint;
 
@@ -41,65 +44,6 @@ constexpr int64_t kDotStep = 4;                 // inputs a lane folds an instru
 constexpr int64_t kDotBytes = kLanes * kDotStep;  // a step's weights of 16 rows: 64 bytes
 constexpr int kDotTokens = 4;                   // tokens a tile carries
 constexpr int kDotBlocks = 2;                   // blocks of rows a tile carries past one token
-
-constexpr float kRest = 254.0f;  // the second digit's steps in one of the first's
-
-// Each token's inputs quantized per group in two int8 digits (the module's comment): the
-// digits, the group's scale d, each digit's sum, and the group's sum as the digits stand
-// for it, d (sum q + sum r / 254).
-struct QuantizedInputs {
-  std::vector<int8_t> high, low;         // [tokens, k]
-  std::vector<float> scales, totals;     // [tokens, groups]
-  std::vector<int32_t> high_sums, low_sums;  // [tokens, groups]
-  int64_t k, groups;
-};
-
-// 16 bfloat16 inputs as float32.
-inline __m512 sixteen_inputs(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(p))), 16));
-}
-
-// One group of a token's inputs in two digits (16 lanes at a time); returns nothing, writes
-// the digits at `high` and `low` and the group's entries at `at`.
-void quantize_group(const uint16_t* x, int64_t group, int8_t* high, int8_t* low, QuantizedInputs& in, int64_t at) {
-  __m512 largest = _mm512_setzero_ps();
-  for (int64_t i = 0; i < group; i += 16) largest = _mm512_max_ps(largest, _mm512_abs_ps(sixteen_inputs(x + i)));
-  const float most = _mm512_reduce_max_ps(largest);
-  const __m512 inverse = _mm512_set1_ps(most > 0.0f ? 127.0f / most : 0.0f), rest = _mm512_set1_ps(kRest);
-  const __m512 bound = _mm512_set1_ps(127.0f);
-  __m512i high_sums = _mm512_setzero_si512(), low_sums = _mm512_setzero_si512();
-  for (int64_t i = 0; i < group; i += 16) {
-    const __m512 steps = _mm512_mul_ps(sixteen_inputs(x + i), inverse);
-    const __m512 whole = _mm512_roundscale_ps(steps, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 part = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(steps, whole), rest),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    part = _mm512_min_ps(_mm512_max_ps(part, _mm512_sub_ps(_mm512_setzero_ps(), bound)), bound);
-    const __m512i whole_int = _mm512_cvtps_epi32(whole), part_int = _mm512_cvtps_epi32(part);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(high + i), _mm512_cvtepi32_epi8(whole_int));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(low + i), _mm512_cvtepi32_epi8(part_int));
-    high_sums = _mm512_add_epi32(high_sums, whole_int);
-    low_sums = _mm512_add_epi32(low_sums, part_int);
-  }
-  const float scale = most / 127.0f;
-  in.scales[at] = scale;
-  in.high_sums[at] = _mm512_reduce_add_epi32(high_sums);
-  in.low_sums[at] = _mm512_reduce_add_epi32(low_sums);
-  in.totals[at] = scale * (float(in.high_sums[at]) + float(in.low_sums[at]) / kRest);
-}
-
-// Every token's inputs in two digits, group by group (groups of 16 or 32).
-QuantizedInputs quantized(const uint16_t* x, int64_t tokens, int64_t k, int64_t group) {
-  const int64_t groups = k / group, count = tokens * groups;
-  QuantizedInputs in{std::vector<int8_t>(tokens * k), std::vector<int8_t>(tokens * k), std::vector<float>(count),
-                     std::vector<float>(count), std::vector<int32_t>(count), std::vector<int32_t>(count), k, groups};
-  for (int64_t token = 0; token < tokens; ++token)
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t first = token * k + g * group;
-      quantize_group(x + first, group, in.high.data() + first, in.low.data() + first, in, token * groups + g);
-    }
-  return in;
-}
 
 // A pair of steps' weights of 16 rows as unsigned bytes: 4-bit values, the pair's 64 bytes
 // holding the first step in their low halves and the second in their high halves.
@@ -226,7 +170,7 @@ ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, f
   DotRows<Values, kBias, kMins> w{Values{reinterpret_cast<decltype(Values::values)>(base)},
                                   scales.typed_data() + layer_scales,
                                   mins == nullptr ? nullptr : mins->typed_data() + layer_scales, k, group};
-  const QuantizedInputs in = quantized(input_bits(x), tokens, k, group);
+  const QuantizedInputs in = quantized(pool, input_bits(x), tokens, k, group);
   const int64_t blocks = n / kLanes, per_chunk = 64 / kLanes, chunks = (blocks + per_chunk - 1) / per_chunk;
   parallel_for(pool, chunks, [&](int64_t chunk) {
     const int64_t first = chunk * per_chunk, end = std::min(blocks, first + per_chunk);

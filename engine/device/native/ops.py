@@ -37,17 +37,13 @@ class PackedWeight:
     scales: jax.Array | None
     mins: jax.Array | None = None
     bits: int = field(default=8, metadata=dict(static=True))
-    dots: bool = field(default=False, metadata=dict(static=True))  # in `packed_for_dots`' layout
+    dots: bool = field(default=False, metadata=dict(static=True))  # in the integer dot products' layout (dot.cc)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The matrix's own shape, [..., out, in]."""
         rows, step = DOT_BLOCK if self.dots else native.block_shape()
         return (*self.values.shape[:-3], self.values.shape[-3] * rows, self.values.shape[-2] * step)
-
-    @property
-    def integer_dots(self) -> bool:
-        return self.dots
 
 
 @jax.tree_util.register_dataclass
@@ -77,7 +73,7 @@ def serves(weight) -> bool:
         return False
     rows, step = native.block_shape()
     out, width = weight.shape[-2:]
-    if isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots():
+    if over_integer_inputs(weight):
         rows, step = DOT_BLOCK[0], 2 * DOT_BLOCK[1]  # steps in pairs
     if isinstance(weight, Int8Weight):
         group = width // weight.scales.shape[-1]
@@ -88,38 +84,29 @@ def serves(weight) -> bool:
 DOT_BLOCK = (16, 4)  # rows a block, inputs a step, of the integer dot products (dot.cc)
 
 
+def over_integer_inputs(weight) -> bool:
+    """Whether the kernels multiply `weight` over integer inputs (dot.cc): a GGUF file's
+    blocks, where the build has integer dot products."""
+    return isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots()
+
+
 def packed(weight) -> PackedWeight:
     """`weight` (an Int8Weight or a bfloat16 array [..., out, in] the kernel serves, of
     jax or NumPy arrays) packed in the build's blocks; a GGUF file's blocks in the integer
-    dot products' where the build has them (`packed_for_dots`)."""
-    if isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots():
-        return packed_for_dots(weight)
-    rows, step = native.block_shape()
+    dot products' where the build has them (dot.cc: steps of 4 inputs of 16 rows, 64
+    values; 4-bit values two steps to 64 bytes, the first step in their low halves and the
+    second in their high halves, `nibbles`' unit of two steps)."""
+    dots = over_integer_inputs(weight)
+    rows, step = DOT_BLOCK if dots else native.block_shape()
     values = weight.values if isinstance(weight, Int8Weight) else weight
     *lead, out, width = values.shape
     values = steps_of_rows(values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
     if not isinstance(weight, Int8Weight):
         return PackedWeight(values=values, scales=None)
     if weight.bits == 4:
-        values = nibbles(values, signed=weight.mins is None)
+        values = nibbles(values, signed=weight.mins is None, steps=2 if dots else 1)
     return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
-                        mins=groups_by_block(weight.mins, rows), bits=weight.bits)
-
-
-def packed_for_dots(weight: Int8Weight) -> PackedWeight:
-    """A GGUF file's blocks as dot.cc reads them: steps of 4 inputs of 16 rows (64 values);
-    int8 values as they are, 4-bit ones unsigned (Q4_0's q - 8 as q) two steps to 64
-    bytes, the first step in their low halves and the second in their high halves."""
-    rows, step = DOT_BLOCK
-    *lead, out, width = weight.values.shape
-    values = steps_of_rows(weight.values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
-    if weight.bits == 4:
-        xp = np if isinstance(values, np.ndarray) else jnp
-        unsigned = (values.astype(xp.int16) + (8 if weight.mins is None else 0)).astype(xp.uint8)
-        pairs = unsigned.reshape(*lead, out // rows, width // (2 * step), 2, rows * step)
-        values = (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).reshape(*lead, out // rows, width // step, -1)
-    return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
-                        mins=groups_by_block(weight.mins, rows), bits=weight.bits, dots=True)
+                        mins=groups_by_block(weight.mins, rows), bits=weight.bits, dots=dots)
 
 
 def groups_by_block(groups, rows: int):
@@ -131,20 +118,25 @@ def groups_by_block(groups, rows: int):
     return groups.reshape(*lead, out // rows, rows, count).swapaxes(-2, -1)
 
 
-def nibbles(values, signed: bool):
-    """4-bit values [..., block] (int8: -8..7 where `signed`, else 0..15) two a byte, as the
-    kernel reads them (blocks.h `block_of_nibbles`): byte b holds value b in its low half
-    and value b + block / 2 in its high half."""
+def nibbles(values, signed: bool, steps: int = 1):
+    """4-bit values [..., steps, block] (int8: -8..7 where `signed`, else 0..15) two a byte,
+    [..., steps, block / 2], as the kernels read them: in a unit of `steps` steps, byte b
+    holds value b in its low half and value b + unit / 2 in its high half (blocks.h
+    `block_of_nibbles`: one step; dot.cc `DotNibbles`: two)."""
     xp = np if isinstance(values, np.ndarray) else jnp
-    unsigned = (values.astype(xp.int16) + (8 if signed else 0)).astype(xp.uint8)
+    *lead, count, block = values.shape
+    unit = values.reshape(*lead, count // steps, steps * block)
+    unsigned = (unit.astype(xp.int16) + (8 if signed else 0)).astype(xp.uint8)
     half = unsigned.shape[-1] // 2
-    return unsigned[..., :half] | (unsigned[..., half:] << 4)
+    return (unsigned[..., :half] | (unsigned[..., half:] << 4)).reshape(*lead, count, block // 2)
 
 
-def widened_nibbles(packed, signed: bool):
+def widened_nibbles(packed, signed: bool, steps: int = 1):
     """The int8 values `nibbles` packed."""
     xp = np if isinstance(packed, np.ndarray) else jnp
-    values = xp.concatenate([packed & 15, packed >> 4], axis=-1).astype(xp.int8)
+    *lead, count, half = packed.shape
+    unit = packed.reshape(*lead, count // steps, steps * half)
+    values = xp.concatenate([unit & 15, unit >> 4], axis=-1).astype(xp.int8).reshape(*lead, count, 2 * half)
     return values - 8 if signed else values
 
 
@@ -164,7 +156,8 @@ def steps_of_rows(values, rows: int, step: int):
 def unpacked(weight: PackedWeight):
     """The Int8Weight or bfloat16 array [..., out, in] that `packed` packed."""
     rows, step = DOT_BLOCK if weight.dots else native.block_shape()
-    values = weight.values if weight.bits == 8 else unpacked_nibbles(weight)
+    values = (weight.values if weight.bits == 8
+              else widened_nibbles(weight.values, signed=weight.mins is None, steps=2 if weight.dots else 1))
     *lead, blocks, steps, _ = values.shape
     values = values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
     values = values.reshape(*lead, blocks * rows, steps * step)
@@ -173,18 +166,6 @@ def unpacked(weight: PackedWeight):
     by_row = lambda groups: None if groups is None else groups.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
     return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits,
                       integer_dots=weight.dots)
-
-
-def unpacked_nibbles(weight: PackedWeight):
-    """A packed 4-bit weight's values as int8 [..., blocks, steps, block]."""
-    signed = weight.mins is None
-    if not weight.dots:
-        return widened_nibbles(weight.values, signed)
-    xp = np if isinstance(weight.values, np.ndarray) else jnp
-    *lead, blocks, steps, half = weight.values.shape
-    pairs = weight.values.reshape(*lead, blocks, steps // 2, 2 * half)
-    values = xp.stack([pairs & 15, pairs >> 4], axis=-2).astype(xp.int8).reshape(*lead, blocks, steps, 2 * half)
-    return values - 8 if signed else values
 
 
 def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
