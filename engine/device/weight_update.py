@@ -59,13 +59,15 @@ class WeightRelayout:
 
 
 def integer_forms(state: dict) -> dict:
-    """The (bits, groups, offsets, integer dots) of each integer weight of a served state, by
-    its place: name, or ("layers", name)."""
+    """The (bits, groups, offsets, integer dots, scales' dtype) of each integer weight of a
+    served state, by its place: name, or ("layers", name)."""
     def form(weight):  # a packed weight's scales are [..., blocks, groups, rows]
         if isinstance(weight, PackedWeight) and weight.scales is not None:
-            return weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.dots
+            return (weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.dots,
+                    weight.scales.dtype.name)
         if isinstance(weight, Int8Weight):
-            return weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots
+            return (weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots,
+                    weight.scales.dtype.name)
         return None
 
     forms = {name: form(weight) for name, weight in state.items() if name != "layers"}

@@ -76,7 +76,7 @@ HEAD_GROUP_SIZE = 32
 @jax.tree_util.register_dataclass
 @dataclass
 class Int8Weight:
-    """A matrix [..., out, in] as small integers and a float32 scale per group of inputs:
+    """A matrix [..., out, in] as small integers and a scale per group of inputs:
     weight = value x scale (+ min, where a GGUF block format has offsets:
     engine/loader/gguf_blocks.py). `bits` 4: the values fit in 4 bits (-8..7 without
     offsets, 0..15 with them), which the native kernels keep two a byte. `integer_dots`: a
@@ -84,8 +84,10 @@ class Int8Weight:
     integer dot products: over the inputs quantized to int8 per group (dot.cc)."""
 
     values: jax.Array  # int8 [..., out, in]
-    scales: jax.Array  # float32 [..., out, in // group]
-    mins: jax.Array | None = None  # float32 [..., out, in // group], or None
+    # float32 [..., out, in // group]; float16 where a GGUF format's scales are fp16 (Q8_0,
+    # Q4_0, Q4_1), kept exactly in half the bytes. Offsets in the scales' dtype.
+    scales: jax.Array
+    mins: jax.Array | None = None  # [..., out, in // group], or None
     bits: int = field(default=8, metadata=dict(static=True))
     integer_dots: bool = field(default=False, metadata=dict(static=True))
 
@@ -110,26 +112,36 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
     return Int8Weight(values=values.reshape(matrix.shape), scales=scales)
 
 
-@partial(jax.jit, static_argnames=("bits", "groups", "offsets", "integer_dots"))
-def quantize_into(matrix, bits: int, groups: int, offsets: bool, integer_dots: bool = False) -> Int8Weight:
+@partial(jax.jit, static_argnames=("bits", "groups", "offsets", "integer_dots", "scale_dtype"))
+def quantize_into(matrix, bits: int, groups: int, offsets: bool, integer_dots: bool = False,
+                  scale_dtype: str = "float32") -> Int8Weight:
     """`matrix` as an Int8Weight of a given form (a served GGUF weight's: new weights for a
     model served from its blocks, engine/device/weight_update.py): `groups` a row; with
     `offsets` each group from its least value in 2^bits - 1 steps (4 bits) or 127 (int8),
-    else symmetric: 7 steps a side (4 bits, -8 unused) or 127."""
+    else symmetric: 7 steps a side (4 bits, -8 unused) or 127. Scales and offsets in
+    `scale_dtype`, rounded to it before the values are chosen under them."""
     width = matrix.shape[-1]
     grouped = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], groups, width // groups)
+    kept = lambda array: array.astype(scale_dtype)
     if offsets:
         low, high = grouped.min(axis=-1), grouped.max(axis=-1)
         levels = 15 if bits == 4 else 127
-        scales = (high - low) / levels
-        q = jnp.round((grouped - low[..., None]) / jnp.where(scales > 0, scales, 1.0)[..., None])
-        values, mins = jnp.clip(q, 0, levels), low
+        mins = kept(low)
+        scales = kept((high - mins.astype(jnp.float32)) / levels)
+        steps = grouped - mins.astype(jnp.float32)[..., None]
+        values = jnp.clip(jnp.round(steps / _nonzero(scales)[..., None]), 0, levels)
     else:
         levels = 7 if bits == 4 else 127
-        scales = jnp.max(jnp.abs(grouped), axis=-1) / levels
-        values, mins = jnp.clip(jnp.round(grouped / jnp.where(scales > 0, scales, 1.0)[..., None]), -levels, levels), None
+        scales = kept(jnp.max(jnp.abs(grouped), axis=-1) / levels)
+        values, mins = jnp.clip(jnp.round(grouped / _nonzero(scales)[..., None]), -levels, levels), None
     return Int8Weight(values=values.astype(jnp.int8).reshape(matrix.shape), scales=scales, mins=mins, bits=bits,
                       integer_dots=integer_dots)
+
+
+def _nonzero(scales):
+    """Scales as float32, 1 where 0 (a group of zeros: its values 0 under any scale)."""
+    scales = scales.astype(jnp.float32)
+    return jnp.where(scales > 0, scales, 1.0)
 
 
 def dequantize(weight, dtype=jnp.float32) -> jax.Array:
@@ -149,8 +161,8 @@ def dequantize(weight, dtype=jnp.float32) -> jax.Array:
 # A form is (bits, groups, offsets). The common one: the finest groups among them (a
 # coarser group's scale repeated over its finer parts), offsets where any has them (zero
 # for the others), 4 bits only where all are 4-bit of one kind (the same signedness), else
-# int8, which holds every kept format's values. Nothing is rounded: each weight stands for
-# the same numbers after.
+# int8, which holds every kept format's values; float16 scales only where all have them,
+# else float32. Nothing is rounded: each weight stands for the same numbers after.
 
 def alike(weights: list) -> list:
     """`weights` in one form (see the module). Where some are plain arrays (a tensor of a
@@ -164,21 +176,28 @@ def alike(weights: list) -> list:
     kinds = {(weight.bits, weight.mins is None) for weight in weights}
     bits = weights[0].bits if len(kinds) == 1 else 8
     dots = all(weight.integer_dots for weight in weights)
-    return [in_form(weight, groups, offsets, bits, dots) for weight in weights]
+    scale_dtypes = {np.dtype(weight.scales.dtype) for weight in weights}
+    scale_dtype = scale_dtypes.pop() if len(scale_dtypes) == 1 else np.dtype(np.float32)
+    return [in_form(weight, groups, offsets, bits, dots, scale_dtype) for weight in weights]
 
 
-def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int, dots: bool) -> Int8Weight:
+def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int, dots: bool,
+            scale_dtype=np.float32) -> Int8Weight:
     """`weight` with `groups` groups a row (a multiple of its own), offsets where `offsets`,
     marked as `bits` (no fewer than its own) and as multiplied over integer inputs where
-    `dots`."""
+    `dots`, its scales and offsets in `scale_dtype` (float32, or its own float16)."""
     xp = np if isinstance(weight.values, np.ndarray) else jnp
     factor = groups // weight.scales.shape[-1]
     if factor * weight.scales.shape[-1] != groups:
         raise ValueError(f"groups of {weight.scales.shape[-1]} and {groups} a row have no common refinement")
-    finer = lambda array: array if factor == 1 else xp.repeat(array, factor, axis=-1)
+    finer = lambda array: _as_dtype(array if factor == 1 else xp.repeat(array, factor, axis=-1), scale_dtype)
     mins = weight.mins if weight.mins is not None or not offsets else xp.zeros_like(weight.scales)
     return Int8Weight(values=weight.values, scales=finer(weight.scales), mins=None if mins is None else finer(mins),
                       bits=max(bits, weight.bits), integer_dots=dots)
+
+
+def _as_dtype(array, dtype):
+    return array if array.dtype == dtype else array.astype(dtype)
 
 
 def concatenated(weights: list, axis: int):

@@ -2,7 +2,8 @@
 Int8Weight (engine/device/weights.py) of its own integers, scales and offsets, exactly.
 
 Every kept format is, per group of 16 or 32 inputs of a row, weight = scale x q (+ min):
-- Q8_0: 32 int8 q under an fp16 scale d.
+- Q8_0: 32 int8 q under an fp16 scale d. (The fp16 scales and offsets of Q8_0, Q4_0 and
+  Q4_1 are kept as float16, exactly: a 4-bit row reads 5 bits a weight, not 6.)
 - Q4_0: 32 4-bit q under d, as q - 8. Q4_1: 32 4-bit q under d, plus an fp16 min m.
 - Q4_K and Q5_K: super-blocks of 256 inputs, 8 groups of 32 with 6-bit scales and mins
   under fp16 d and dmin: scale = d x sc, min = -dmin x m (each product of an 11-bit and a
@@ -32,9 +33,16 @@ log = logging.getLogger("flint")
 Q = gguf.GGMLQuantizationType
 
 
+def _fp16(blocks: np.ndarray, start: int) -> np.ndarray:
+    """The fp16 at byte `start` of each block [..., blocks]: a group's own scale or offset,
+    kept in its 2 bytes (the kernels widen it as they read it)."""
+    return np.ascontiguousarray(blocks[..., start:start + 2]).view(np.float16)[..., 0]
+
+
 def _half(blocks: np.ndarray, start: int) -> np.ndarray:
-    """The fp16 at byte `start` of each block, as float32 [..., blocks]."""
-    return np.ascontiguousarray(blocks[..., start:start + 2]).view(np.float16)[..., 0].astype(np.float32)
+    """The fp16 at byte `start` of each block, as float32 [..., blocks]: a K-quant's d, whose
+    products with 6- and 8-bit scales fit float32 and not fp16."""
+    return _fp16(blocks, start).astype(np.float32)
 
 
 def _nibbles(packed: np.ndarray) -> np.ndarray:
@@ -43,15 +51,15 @@ def _nibbles(packed: np.ndarray) -> np.ndarray:
 
 
 def _q8_0(blocks):
-    return blocks[..., 2:].view(np.int8), _half(blocks, 0), None
+    return blocks[..., 2:].view(np.int8), _fp16(blocks, 0), None
 
 
 def _q4_0(blocks):
-    return (_nibbles(blocks[..., 2:]).astype(np.int8) - 8), _half(blocks, 0), None
+    return (_nibbles(blocks[..., 2:]).astype(np.int8) - 8), _fp16(blocks, 0), None
 
 
 def _q4_1(blocks):
-    return _nibbles(blocks[..., 4:]).astype(np.int8), _half(blocks, 0), _half(blocks, 2)
+    return _nibbles(blocks[..., 4:]).astype(np.int8), _fp16(blocks, 0), _fp16(blocks, 2)
 
 
 def _k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -48,6 +48,8 @@ constexpr int kDotBlocks = 2;                   // blocks of rows a tile carries
 // A pair of steps' weights of 16 rows as unsigned bytes: 4-bit values, the pair's 64 bytes
 // holding the first step in their low halves and the second in their high halves.
 struct DotNibbles {
+  using Element = uint8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::U8;
   const uint8_t* values;  // [n / 16, k / 8, 64]
   static constexpr int64_t kBlockBytes = kDotBytes / 2;
   void pair(int64_t block, int64_t pair, int64_t k, __m512i& first, __m512i& second) const {
@@ -60,6 +62,8 @@ struct DotNibbles {
 
 // int8 values, 64 bytes a step, their sign bits flipped as read (q + 128).
 struct DotBytes {
+  using Element = int8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::S8;
   const int8_t* values;  // [n / 16, k / 4, 64]
   static constexpr int64_t kBlockBytes = kDotBytes;
   void pair(int64_t block, int64_t pair, int64_t k, __m512i& first, __m512i& second) const {
@@ -70,11 +74,11 @@ struct DotBytes {
   }
 };
 
-template <typename Values, int kBias, bool kMins>
+template <typename Values, int kBias, bool kMins, typename Scale>
 struct DotRows {
   Values values;
-  const float* scales;  // [n / 16, groups, 16]
-  const float* mins;    // the same, where kMins
+  const Scale* scales;  // [n / 16, groups, 16]: float, or Half (simd.h)
+  const Scale* mins;    // the same, where kMins
   int64_t k, group;
 };
 
@@ -155,10 +159,12 @@ void dot_tokens(const Rows& w, const QuantizedInputs& in, int64_t tokens, int64_
 }
 
 template <typename Values, int kBias, bool kMins>
-ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, ffi::Span<const int64_t> dims,
-                       const void* values, const ffi::Buffer<ffi::F32>& scales, const ffi::Buffer<ffi::F32>* mins,
-                       const ffi::Buffer<ffi::S32>& layer, float* y) {
+ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
+                       const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins, const ffi::Buffer<ffi::S32>& layer,
+                       float* y) {
+  if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_dot: values of another type");
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kDotStep);
   Groups found;
   if (auto error = groups_of(scales, mins, k_weight, found); error.failure()) return error;
@@ -166,43 +172,35 @@ ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, f
   if (auto error = check_shapes(k, n, k_weight, group, 2 * kDotStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
   const int64_t layer_bytes = (n / kLanes) * (k / kDotStep) * Values::kBlockBytes;
-  const auto* base = static_cast<const uint8_t*>(values) + index * layer_bytes;
-  DotRows<Values, kBias, kMins> w{Values{reinterpret_cast<decltype(Values::values)>(base)},
-                                  scales.typed_data() + layer_scales,
-                                  mins == nullptr ? nullptr : mins->typed_data() + layer_scales, k, group};
+  const auto* base = static_cast<const uint8_t*>(values.untyped_data()) + index * layer_bytes;
   const QuantizedInputs in = quantized(pool, input_bits(x), tokens, k, group);
-  const int64_t blocks = n / kLanes, per_chunk = 64 / kLanes, chunks = (blocks + per_chunk - 1) / per_chunk;
-  parallel_for(pool, chunks, [&](int64_t chunk) {
-    const int64_t first = chunk * per_chunk, end = std::min(blocks, first + per_chunk);
-    dot_tokens<DotRows<Values, kBias, kMins>, kBias, kMins>(w, in, tokens, n, first, end, y);
+  return by_scale_type(scales, mins, [&](auto kind) {
+    using Scale = decltype(kind);
+    using Rows = DotRows<Values, kBias, kMins, Scale>;
+    const auto* kept = static_cast<const Scale*>(scales.untyped_data()) + layer_scales;
+    const auto* offsets = mins == nullptr ? nullptr : static_cast<const Scale*>(mins->untyped_data()) + layer_scales;
+    const Rows w{Values{reinterpret_cast<decltype(Values::values)>(base)}, kept, offsets, k, group};
+    const int64_t blocks = n / kLanes, per_chunk = 64 / kLanes, chunks = (blocks + per_chunk - 1) / per_chunk;
+    parallel_for(pool, chunks, [&](int64_t chunk) {
+      const int64_t first = chunk * per_chunk, end = std::min(blocks, first + per_chunk);
+      dot_tokens<Rows, kBias, kMins>(w, in, tokens, n, first, end, y);
+    });
+    return ffi::Error::Success();
   });
-  return ffi::Error::Success();
 }
 
-ffi::Error DotInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
-                   ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<DotBytes, 128, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
-                                          y->typed_data());
+// The handlers: int8 values (their sign bits flipped as read: a bias of 128), or 4-bit less
+// 8 (GGUF's Q4_0), without offsets; int8 or 4-bit from 0 (Q4_1, Q4_K) with them.
+template <typename Values, int kBias>
+ffi::Error Dot(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+               ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, false>(pool, x, values, scales, nullptr, layer, y->typed_data());
 }
 
-ffi::Error DotInt8Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
-                       ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
-                       ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<DotBytes, 128, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
-                                         y->typed_data());
-}
-
-ffi::Error DotS4(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
-                 ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<DotNibbles, 8, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
-                                          y->typed_data());
-}
-
-ffi::Error DotU4Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
-                     ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
-                     ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<DotNibbles, 0, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
-                                         y->typed_data());
+template <typename Values, int kBias>
+ffi::Error DotMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+                   ffi::AnyBuffer mins, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, true>(pool, x, values, scales, &mins, layer, y->typed_data());
 }
 
 }  // namespace
@@ -212,14 +210,15 @@ ffi::Error DotU4Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer
 namespace {
 
 ffi::Error NoDots() { return ffi::Error::InvalidArgument("flint_dot: this build has no integer dot products"); }
-ffi::Error DotInt8(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::S8>, ffi::Buffer<ffi::F32>,
+
+template <typename Values, int kBias>
+ffi::Error Dot(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::AnyBuffer, ffi::AnyBuffer, ffi::Buffer<ffi::S32>,
+               ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+template <typename Values, int kBias>
+ffi::Error DotMins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::AnyBuffer, ffi::AnyBuffer, ffi::AnyBuffer,
                    ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
-ffi::Error DotInt8Mins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::S8>, ffi::Buffer<ffi::F32>,
-                       ffi::Buffer<ffi::F32>, ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
-ffi::Error DotS4(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::U8>, ffi::Buffer<ffi::F32>,
-                 ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
-ffi::Error DotU4Mins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::Buffer<ffi::U8>, ffi::Buffer<ffi::F32>,
-                     ffi::Buffer<ffi::F32>, ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
+struct DotBytes {};
+struct DotNibbles {};
 
 }  // namespace
 
@@ -234,17 +233,26 @@ extern "C" int FlintIntegerDots() {
 #endif
 }
 
-#define FLINT_DOT_HANDLER(symbol, function, ValueType, ...)             \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                         \
-                                ffi::Ffi::Bind()                          \
-                                    .Ctx<ffi::ThreadPool>()               \
-                                    .Arg<ffi::Buffer<ffi::BF16>>()        \
-                                    .Arg<ffi::Buffer<ValueType>>()        \
-                                    .Arg<ffi::Buffer<ffi::F32>>() __VA_ARGS__ \
-                                    .Arg<ffi::Buffer<ffi::S32>>()         \
+// Values and scales bound untyped, as linear.cc's: ops.py `linear` names the target by the
+// values' kind, and the scales are float32 or fp16.
+#define FLINT_DOT_HANDLER(symbol, function, ...)                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                 \
+                                ffi::Ffi::Bind()                  \
+                                    .Ctx<ffi::ThreadPool>()       \
+                                    .Arg<ffi::Buffer<ffi::BF16>>() \
+                                    .Arg<ffi::AnyBuffer>()        \
+                                    .Arg<ffi::AnyBuffer>() __VA_ARGS__ \
+                                    .Arg<ffi::Buffer<ffi::S32>>() \
                                     .Ret<ffi::Buffer<ffi::F32>>());
 
-FLINT_DOT_HANDLER(FlintDotInt8, DotInt8, ffi::S8)
-FLINT_DOT_HANDLER(FlintDotInt8Mins, DotInt8Mins, ffi::S8, .Arg<ffi::Buffer<ffi::F32>>())
-FLINT_DOT_HANDLER(FlintDotS4, DotS4, ffi::U8)
-FLINT_DOT_HANDLER(FlintDotU4Mins, DotU4Mins, ffi::U8, .Arg<ffi::Buffer<ffi::F32>>())
+namespace {
+constexpr auto* DotInt8 = &Dot<DotBytes, 128>;
+constexpr auto* DotInt8Mins = &DotMins<DotBytes, 128>;
+constexpr auto* DotS4 = &Dot<DotNibbles, 8>;
+constexpr auto* DotU4Mins = &DotMins<DotNibbles, 0>;
+}  // namespace
+
+FLINT_DOT_HANDLER(FlintDotInt8, DotInt8)
+FLINT_DOT_HANDLER(FlintDotInt8Mins, DotInt8Mins, .Arg<ffi::AnyBuffer>())
+FLINT_DOT_HANDLER(FlintDotS4, DotS4)
+FLINT_DOT_HANDLER(FlintDotU4Mins, DotU4Mins, .Arg<ffi::AnyBuffer>())

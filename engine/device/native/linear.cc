@@ -132,51 +132,45 @@ void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tok
 }
 
 // x times integer weights with group scales (and `mins`, where kMins: the same shape as the
-// scales), of a stack's layer at `layer`: the products of every Int8Weight form.
+// scales), of a stack's layer at `layer`: the products of every Int8Weight form, its scales
+// float32 or fp16 (shapes.h `by_scale_type`).
 template <typename Values, bool kMins>
-ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, ffi::Span<const int64_t> dims,
-                           const typename Values::Element* values, const ffi::Buffer<ffi::F32>& scales,
-                           const ffi::Buffer<ffi::F32>* mins, const ffi::Buffer<ffi::S32>& layer, float* y) {
+ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
+                           const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins,
+                           const ffi::Buffer<ffi::S32>& layer, float* y) {
+  if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_linear: values of another type");
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kStep);
   Groups found;
   if (auto error = groups_of(scales, mins, k_weight, found); error.failure()) return error;
   const int64_t groups = found.count, group = found.size;
   if (auto error = check_shapes(k, n, k_weight, group, kStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
-  GroupedRows<Values, kMins> w{Values{values + index * (n / kLanes) * (k / kStep) * Values::kBlockBytes},
-                               scales.typed_data() + layer_scales,
-                               mins == nullptr ? nullptr : mins->typed_data() + layer_scales, k, group};
-  matmul(pool, w, input_bits(x), tokens, n, y);
-  return ffi::Error::Success();
+  const auto* base = static_cast<const typename Values::Element*>(values.untyped_data()) +
+                     index * (n / kLanes) * (k / kStep) * Values::kBlockBytes;
+  return by_scale_type(scales, mins, [&](auto kind) {
+    using Scale = decltype(kind);
+    const auto* kept = static_cast<const Scale*>(scales.untyped_data()) + layer_scales;
+    const auto* offsets = mins == nullptr ? nullptr : static_cast<const Scale*>(mins->untyped_data()) + layer_scales;
+    GroupedRows<Values, kMins, Scale> w{Values{base}, kept, offsets, k, group};
+    matmul(pool, w, input_bits(x), tokens, n, y);
+    return ffi::Error::Success();
+  });
 }
 
-ffi::Error LinearInt8(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
-                      ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<Int8Values, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr, layer,
-                                            y->typed_data());
+// The grouped products' handlers: int8 values, or 4-bit less 8 (GGUF's Q4_0), without
+// offsets; int8 or 4-bit from 0 (GGUF's Q4_1 and Q4_K) with them.
+template <typename Values>
+ffi::Error Grouped(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+                   ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Values, false>(pool, x, values, scales, nullptr, layer, y->typed_data());
 }
 
-ffi::Error LinearInt8Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::S8> values,
-                          ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
-                          ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<Int8Values, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins, layer,
-                                           y->typed_data());
-}
-
-// 4-bit values less 8 (GGUF's Q4_0), without offsets.
-ffi::Error LinearS4(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
-                    ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<NibbleValues<8>, false>(pool, x, values.dimensions(), values.typed_data(), scales, nullptr,
-                                                 layer, y->typed_data());
-}
-
-// 4-bit values from 0, with offsets (GGUF's Q4_1 and Q4_K).
-ffi::Error LinearU4Mins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::U8> values,
-                        ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::F32> mins, ffi::Buffer<ffi::S32> layer,
-                        ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<NibbleValues<0>, true>(pool, x, values.dimensions(), values.typed_data(), scales, &mins,
-                                                layer, y->typed_data());
+template <typename Values>
+ffi::Error GroupedMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+                       ffi::AnyBuffer mins, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Values, true>(pool, x, values, scales, &mins, layer, y->typed_data());
 }
 
 ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::BF16> values,
@@ -206,43 +200,22 @@ extern "C" int FlintProductsInPairs() {
 extern "C" int FlintBlockRows() { return kLanes; }
 extern "C" int FlintBlockStep() { return kStep; }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8, LinearInt8,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+// Values and scales are bound untyped: ops.py `linear` names the target by the values'
+// kind, and the scales are float32 or fp16.
+#define FLINT_GROUPED_HANDLER(symbol, function, ...)              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                 \
+                                ffi::Ffi::Bind()                  \
+                                    .Ctx<ffi::ThreadPool>()       \
+                                    .Arg<ffi::Buffer<ffi::BF16>>() \
+                                    .Arg<ffi::AnyBuffer>()        \
+                                    .Arg<ffi::AnyBuffer>() __VA_ARGS__ \
+                                    .Arg<ffi::Buffer<ffi::S32>>() \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearInt8Mins, LinearInt8Mins,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearS4, LinearS4,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearU4Mins, LinearU4Mins,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+FLINT_GROUPED_HANDLER(FlintLinearInt8, Grouped<Int8Values>)
+FLINT_GROUPED_HANDLER(FlintLinearInt8Mins, GroupedMins<Int8Values>, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintLinearS4, Grouped<NibbleValues<8>>)
+FLINT_GROUPED_HANDLER(FlintLinearU4Mins, GroupedMins<NibbleValues<0>>, .Arg<ffi::AnyBuffer>())
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearBf16, LinearBf16,
                               ffi::Ffi::Bind()

@@ -25,8 +25,8 @@ from engine.device.weights import Int8Weight
 class PackedWeight:
     """A matrix [..., out, in] packed as the kernel reads it (blocks.h): blocks of `rows`
     output rows, each holding, step by step of `step` inputs, its rows' weights side by
-    side; integers with a float32 scale (and offset, `mins`) per group of inputs (an
-    Int8Weight's), or bfloat16.
+    side; integers with a scale (and offset, `mins`) per group of inputs (an
+    Int8Weight's: float32, or a GGUF format's own fp16), or bfloat16.
 
     values: [..., out / rows, in / step, rows x step] (int8 or bfloat16), or for `bits` 4
     half that last dimension in bytes, two values a byte (`nibbles`); scales and mins:
@@ -52,7 +52,7 @@ class NativeWeight:
     """A packed matrix of a stack [layers, ...] the kernel reads at `layer`."""
 
     values: jax.Array  # int8, uint8 (4-bit, two a byte) or bfloat16 [layers, out / rows, in / step, block]
-    scales: jax.Array | None  # float32 [layers, out / rows, groups, rows]; None for bfloat16
+    scales: jax.Array | None  # float32 or float16 [layers, out / rows, groups, rows]; None for bfloat16
     layer: jax.Array  # int32 []
     mins: jax.Array | None = None  # float32, as scales, where the weight has offsets
     bits: int = field(default=8, metadata=dict(static=True))

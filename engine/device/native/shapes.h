@@ -39,7 +39,7 @@ struct Groups {
   int64_t count = 0, size = 0;
 };
 
-inline ffi::Error groups_of(const ffi::Buffer<ffi::F32>& scales, const ffi::Buffer<ffi::F32>* mins, int64_t k_weight,
+inline ffi::Error groups_of(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins, int64_t k_weight,
                             Groups& groups) {
   auto dims = scales.dimensions();
   groups.count = dims[dims.size() - 2];
@@ -48,6 +48,19 @@ inline ffi::Error groups_of(const ffi::Buffer<ffi::F32>& scales, const ffi::Buff
     return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales disagree");
   groups.size = k_weight / groups.count;
   return ffi::Error::Success();
+}
+
+// `run(Scale{})` with the type a grouped weight's scales (and offsets) are kept in: float,
+// or Half (a GGUF format's own fp16: weights.py Int8Weight); an error for any other.
+template <typename Run>
+ffi::Error by_scale_type(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins, Run run) {
+  if (mins != nullptr && mins->element_type() != scales.element_type())
+    return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales differ in type");
+  switch (scales.element_type()) {
+    case ffi::DataType::F32: return run(float{});
+    case ffi::DataType::F16: return run(Half{});
+    default: return ffi::Error::InvalidArgument("flint_linear: scales neither float32 nor float16");
+  }
 }
 
 // The layer of a stack (a leading dimension past the packed three) read in place at

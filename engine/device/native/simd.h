@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -77,6 +78,39 @@ inline fvec widen(const int8_t* p) {
 #else
   fvec v;
   for (int i = 0; i < kLanes; ++i) v[i] = p[i];
+  return v;
+#endif
+}
+
+// An fp16's bits: a GGUF format's own scale or offset, kept as it is (weights.py Int8Weight).
+struct Half {
+  uint16_t bits;
+};
+
+// An fp16's value, spelled out where the CPU has no F16C.
+inline float half_value(uint16_t bits) {
+  const uint32_t sign = uint32_t(bits & 0x8000) << 16, exponent = (bits >> 10) & 31, mantissa = bits & 1023;
+  float magnitude;
+  if (exponent == 0) magnitude = std::ldexp(float(mantissa), -24);  // zero, or subnormal
+  else if (exponent == 31) magnitude = mantissa ? __builtin_nanf("") : __builtin_inff();
+  else magnitude = std::ldexp(float(mantissa | 1024), int(exponent) - 25);
+  uint32_t wide;
+  std::memcpy(&wide, &magnitude, 4);
+  wide |= sign;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+// kLanes fp16 scales as float32, exactly.
+inline fvec load(const Half* p) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#elif defined(__F16C__)
+  return (fvec)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  fvec v;
+  for (int i = 0; i < kLanes; ++i) v[i] = half_value(p[i].bits);
   return v;
 #endif
 }

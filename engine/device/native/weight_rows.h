@@ -1,6 +1,6 @@
 // The weights a native product reads (linear.cc): y [tokens, n] = x [tokens, k] times a
 // weight [n, k] packed in blocks of kLanes rows (blocks.h; ops.py `packed`): int8 or 4-bit
-// integers with a float32 scale (and maybe an offset) per group of `group` inputs of each
+// integers with a float32 or fp16 scale (and maybe an offset) per group of `group` inputs of each
 // row (engine/device/weights.py Int8Weight), or bfloat16; and a chunk of either's blocks widened once into a buffer, for
 // products of many tokens. Each gives a block's steps of weights and its rows' scales.
 
@@ -19,6 +19,7 @@ constexpr int64_t kBlocksPerChunk = 64 / kLanes;  // blocks of rows a thread tak
 // (blocks.h `block_of_nibbles`), less kBias (8 for GGUF's Q4_0, whose values are q - 8).
 struct Int8Values {
   using Element = int8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::S8;
   static constexpr int64_t kBlockBytes = kBlockElements;
   const int8_t* values;  // [n / kLanes, k / kStep, kBlockElements]
   WeightBlock block(int64_t index) const { return block_of(values + index * kBlockElements); }
@@ -27,21 +28,22 @@ struct Int8Values {
 template <int kBias>
 struct NibbleValues {
   using Element = uint8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::U8;
   static constexpr int64_t kBlockBytes = kBlockElements / 2;
   const uint8_t* values;  // [n / kLanes, k / kStep, kBlockElements / 2]
   WeightBlock block(int64_t index) const { return block_of_nibbles<kBias>(values + index * (kBlockElements / 2)); }
 };
 
-// Integer weights with a float32 scale per group of `group` inputs of each row, and where
-// kMins a float32 offset too: a weight is scale * q (+ min). Flint's own int8 (Int8Weight),
+// Integer weights with a scale per group of `group` inputs of each row, and where kMins an
+// offset too (float32, or the fp16 of GGUF's Q8_0, Q4_0 and Q4_1, widened as read): a weight is scale * q (+ min). Flint's own int8 (Int8Weight),
 // and GGUF's blocks (engine/loader/gguf_blocks.py): Q8_0, Q4_0, Q6_K without offsets; Q4_1,
 // Q4_K, Q5_K with them. A group's offset adds min x (the sum of the group's inputs) to each
 // row: one multiply-add after the scaled sum, in the same place for every tile.
-template <typename Values, bool kMins>
+template <typename Values, bool kMins, typename Scale = float>
 struct GroupedRows {
   Values values;
-  const float* scales;  // [n / kLanes, k / group, kLanes]
-  const float* mins;    // [n / kLanes, k / group, kLanes], where kMins
+  const Scale* scales;  // [n / kLanes, k / group, kLanes]: float, or Half (simd.h)
+  const Scale* mins;    // [n / kLanes, k / group, kLanes], where kMins
   int64_t k, group;
   static constexpr bool kScaled = true;
   static constexpr bool kHasMins = kMins;
@@ -50,8 +52,6 @@ struct GroupedRows {
   fvec scale(int64_t rows, int64_t g) const { return load(scales + (rows * (k / group) + g) * kLanes); }
   fvec min(int64_t rows, int64_t g) const { return load(mins + (rows * (k / group) + g) * kLanes); }
 };
-
-typedef GroupedRows<Int8Values, false> Int8Rows;
 
 struct Bf16Rows {
   const uint16_t* values;  // [n / kLanes, k / kStep, kBlockElements]
