@@ -33,6 +33,7 @@ from engine.host.speculation import SpeculationConfig, follows_prediction
 from engine.host.validation import check_request
 from engine.host.window_output import land_window, lands_by_row
 from engine.loader.checkpoint import Checkpoint
+from engine.loader.served_cache import keep_packed
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader.source import ModelSource, resolve_model
 from engine.loader.progress import Progress
@@ -141,6 +142,8 @@ class Engine:
                                                          progress)
         engine = cls(checkpoint, tokenizer, config, mesh, served)
         checkpoint.params = served = None  # the runner holds the served weights; let the loaded ones go
+        if checkpoint.kept_at is not None and engine.runner.decoder.native_linear:  # kept again, packed
+            keep_packed(checkpoint.kept_at, engine.runner.state, checkpoint.formats)
         if report:
             report(engine.describe())
         # Before the engine serves, so every core it may use compiles: XLA's compiles of two

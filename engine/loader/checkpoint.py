@@ -23,6 +23,8 @@ class Checkpoint:
     the tokenizer can build itself from it without parsing the file a second time (about
     2 s for SmolLM2's vocabulary); it is None for other formats. `formats`: what a GGUF
     file's projections were read as where its blocks were kept (engine/loader/gguf_blocks.py).
+    `kept_at`: where its served weights were written this start (engine/loader/served_cache.py),
+    for the engine to write again packed; None where they were not.
     """
 
     config: ModelConfig
@@ -30,6 +32,7 @@ class Checkpoint:
     source: ModelSource
     gguf_fields: Mapping[str, Any] | None = None
     formats: Any = None  # engine.loader.gguf_blocks.WeightFormats
+    kept_at: Path | None = None
 
 
 def load_checkpoint(source: ModelSource | str | Path | None = None,

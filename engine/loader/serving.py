@@ -48,6 +48,7 @@ def load_for_serving(source: ModelSource, config: EngineConfig, mesh, kept_in,
     if entry is None:
         return checkpoint, tokenizer, None
     save_description(kept_in, source.path, source.context_length, checkpoint.config, tokenizer)
+    checkpoint.kept_at = entry
     return checkpoint, tokenizer, served_cache.make_and_keep(checkpoint, config, entry)
 
 

@@ -80,8 +80,12 @@ class Llama(Decoder):
         embedded SmolLM2's is): a quarter of float32's bytes for a one-token step's head to
         read, and no float32 copy of the embedding held. The quality gate
         (tests/engine/test_quantization.py) scores it as it scores a float32 head.
-        Unquantized layers keep the checkpoint's precision throughout."""
-        quantized = any(isinstance(weight, Int8Weight) for weight in weights["layers"].values())
+        Unquantized layers keep the checkpoint's precision throughout. Weights kept packed
+        (engine/loader/served_cache.py `keep_packed`) are unpacked where the kernels are not used."""
+        if not self.native_linear:
+            weights = unpacked_weights(weights)
+        quantized = any(isinstance(weight, (Int8Weight, native_ops.PackedWeight))
+                        for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
         head = partial(narrow_head, narrow=narrow)
         layout = dataclasses.replace(self.layout, names=tuple(weights["layers"]))
@@ -189,11 +193,18 @@ class Llama(Decoder):
 
 def narrow_head(weight, narrow: bool):
     """An embedding or head as the state holds it: a GGUF file's own int8 blocks (Q8_0,
-    Q6_K: engine/loader/gguf_blocks.py) as they are; else, where `narrow`, int8 in groups
-    of HEAD_GROUP_SIZE; else as it is."""
-    if isinstance(weight, Int8Weight):
+    Q6_K: engine/loader/gguf_blocks.py) as they are, or as they were kept packed; else,
+    where `narrow`, int8 in groups of HEAD_GROUP_SIZE; else as it is."""
+    if isinstance(weight, (Int8Weight, native_ops.PackedWeight)):
         return jax.tree.map(jnp.asarray, weight)
     return quantize_int8(weight, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray(weight)
+
+
+def unpacked_weights(weights: dict) -> dict:
+    """`weights` with every PackedWeight as the Int8Weight (or array) it packs."""
+    unpack = lambda weight: native_ops.unpacked(weight) if isinstance(weight, native_ops.PackedWeight) else weight
+    is_packed = lambda node: isinstance(node, native_ops.PackedWeight)
+    return jax.tree.map(unpack, weights, is_leaf=is_packed)
 
 @dataclass(frozen=True)
 class Step:

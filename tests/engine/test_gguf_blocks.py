@@ -215,6 +215,36 @@ def test_the_served_blocks_are_kept_between_starts(q4_k_m_file, tmp_path):
     assert served_cache.formats_of(path) == checkpoint.formats
 
 
+def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_are(q4_k_m_file, tmp_path,
+                                                                                   smollm2_tokenizer, monkeypatch):
+    """The entry a first start makes is written again from the engine's state, its
+    projections and head packed for the kernels; a second start maps them and serves the
+    same logits, bit for bit; an engine without the kernels unpacks them to the blocks."""
+    from engine.device.weights import serving_weights
+    from engine.models.llama import unpacked_weights
+
+    require_native_kernels()
+    monkeypatch.setattr("engine.loader.serving.tokenizer_for", lambda checkpoint: smollm2_tokenizer)  # none in the file
+    config = dataclasses.replace(ENGINE, quantization="gguf", token_buckets=(32,))
+    rows = [RowPlan(PROMPT, 0, [1, 2, 3, 4])]
+    first = Engine.from_model(str(q4_k_m_file), config, kept_in=tmp_path)
+    logits = first.runner.hidden_logits(rows)
+    (entry,) = tmp_path.glob("*.safetensors")
+    kept = served_cache.load(entry)
+    projections = {name: kept["layers"][name] for name in ("wqkv", "wo", "w_gate_up", "w_down")}
+    assert all(isinstance(weight, ops.PackedWeight) for weight in [*projections.values(), kept["embed"]])
+    second = Engine.from_model(str(q4_k_m_file), config, kept_in=tmp_path)
+    assert jax.tree.structure(second.runner.state) == jax.tree.structure(first.runner.state)
+    np.testing.assert_array_equal(second.runner.hidden_logits(rows), logits)
+
+    checkpoint = load_checkpoint(q4_k_m_file, blocks=True)
+    made = serving_weights(checkpoint.config, checkpoint.params, "float32", "gguf")["layers"]
+    unpacked = unpacked_weights(kept)["layers"]
+    for name in projections:
+        for again, served in zip(jax.tree.leaves(unpacked[name]), jax.tree.leaves(made[name])):
+            np.testing.assert_array_equal(np.asarray(again), np.asarray(served))
+
+
 def test_new_weights_are_quantized_into_the_served_forms(q4_k_m_file, smollm2_tokenizer):
     """A model served from its blocks takes float weights (a trainer's) quantized into each
     weight's served form (4-bit with offsets, groups of 16, integer dots), so the compiled
