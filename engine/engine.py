@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.config import EngineConfig, usable_cores
+from engine.device import native
 from engine.device.lora import check_fits
 from engine.device.runner import InFlight, ModelRunner, RowPlan
 from engine.device.sharding import make_mesh
@@ -155,9 +156,10 @@ class Engine:
     def describe(self) -> str:
         """Where and how the model runs, for the start-up log."""
         mesh, config = self.runner.mesh, self.config
+        kernels = f"; {native.kernel_paths()}" if self.runner.decoder.native_linear else ""
         return (f"{mesh.size} {mesh.devices.flat[0].platform} device(s), tensor parallel over {mesh.size}; "
                 f"dtype {config.dtype}, quantization {config.quantization}, KV cache {self.runner.kv_cache_dtype}, "
-                f"attention {self.runner.attention}")
+                f"attention {self.runner.attention}" + kernels)
 
     def compile_remaining(self, report: Callable[[str], None] | None = None) -> float:
         """Compile the buckets `from_model(compile_all=False)` left (safe beside `step`, from

@@ -127,7 +127,12 @@ def test_products_run_in_pairs_where_the_cpu_has_them():
     if os.environ.get("FLINT_NATIVE_MARCH", "native") != "native" or not os.path.exists("/proc/cpuinfo"):
         pytest.skip("built for another CPU than this one, or no /proc/cpuinfo to read it from")
     with open("/proc/cpuinfo") as cpuinfo:
-        assert native.products_in_pairs() == (" avx512_bf16" in cpuinfo.read())
+        flags = cpuinfo.read()
+    assert native.products_in_pairs() == (" avx512_bf16" in flags)
+    # The start-up log names the paths this CPU takes (engine/engine.py `describe`).
+    paths = native.kernel_paths()
+    assert ("pairs of bfloat16" in paths) == (" avx512_bf16" in flags)
+    assert ("int8 inputs" in paths) == (" avx512_vnni" in flags and os.environ.get("FLINT_NATIVE_DOTS", "1") != "0")
 
 
 def test_a_scan_reads_each_layer_of_the_stack():

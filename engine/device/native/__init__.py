@@ -69,6 +69,17 @@ def block_shape() -> tuple[int, int]:
     return tuple(_cpu_kernels.block_shape())
 
 
+def kernel_paths() -> str:
+    """The products this build runs, for the start-up log: a GGUF file's blocks over integer
+    inputs or over bfloat16 ones, int8 over bfloat16 pairs or float32, and the lanes."""
+    if not available():
+        return "no native CPU kernels"
+    rows, _ = block_shape()
+    floats = "pairs of bfloat16 (AVX512_BF16)" if products_in_pairs() else f"float32, {rows} lanes"
+    blocks = "int8 inputs in two digits (AVX512-VNNI)" if integer_dots() else "bfloat16 inputs"
+    return f"native CPU kernels: GGUF blocks over {blocks}, int8 over {floats}"
+
+
 def target_names() -> tuple[str, ...]:
     """The FFI targets the library registers (none where it is not built)."""
     if not available():
