@@ -13,6 +13,8 @@
                                        closed-loop streamed load, start-up time and memory
                                        (builds llama-server once, about 10 minutes on 2 cores);
                                        --plot DIR also writes its figures (tools/bench_plot.py)
+    python tools/bench.py start        warm start and idle memory of `flint serve` and
+                                       llama-server, each with its default flags, same GGUF
     python tools/bench.py structured   32 streams constrained by a JSON schema against 32 free
                                        streams, through HTTP: what structured output costs
     python tools/bench.py speculative  an echo-heavy chat load with and without predicted
@@ -240,13 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     from bench_offline import offline_benchmark
 
     add_offline_options(commands.add_parser("offline", help="LLM.generate against flint serve through HTTP"))
+    from bench_start import add_options as add_start_options
+    from bench_start import start_benchmark
+
+    add_start_options(commands.add_parser("start", help="warm start and idle memory against llama-server, "
+                                                        "each with its defaults"))
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
     {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
      "serve": serve_benchmarks, "structured": structured_benchmark,
      "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark,
-     "weights": weights_benchmark, "offline": offline_benchmark}[args.command](args)
+     "weights": weights_benchmark, "offline": offline_benchmark, "start": start_benchmark}[args.command](args)
     return 0
 
 

@@ -233,18 +233,6 @@ extern "C" int FlintIntegerDots() {
 #endif
 }
 
-// Values and scales bound untyped, as linear.cc's: ops.py `linear` names the target by the
-// values' kind, and the scales are float32 or fp16.
-#define FLINT_DOT_HANDLER(symbol, function, ...)                 \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                 \
-                                ffi::Ffi::Bind()                  \
-                                    .Ctx<ffi::ThreadPool>()       \
-                                    .Arg<ffi::Buffer<ffi::BF16>>() \
-                                    .Arg<ffi::AnyBuffer>()        \
-                                    .Arg<ffi::AnyBuffer>() __VA_ARGS__ \
-                                    .Arg<ffi::Buffer<ffi::S32>>() \
-                                    .Ret<ffi::Buffer<ffi::F32>>());
-
 namespace {
 constexpr auto* DotInt8 = &Dot<DotBytes, 128>;
 constexpr auto* DotInt8Mins = &DotMins<DotBytes, 128>;
@@ -252,7 +240,7 @@ constexpr auto* DotS4 = &Dot<DotNibbles, 8>;
 constexpr auto* DotU4Mins = &DotMins<DotNibbles, 0>;
 }  // namespace
 
-FLINT_DOT_HANDLER(FlintDotInt8, DotInt8)
-FLINT_DOT_HANDLER(FlintDotInt8Mins, DotInt8Mins, .Arg<ffi::AnyBuffer>())
-FLINT_DOT_HANDLER(FlintDotS4, DotS4)
-FLINT_DOT_HANDLER(FlintDotU4Mins, DotU4Mins, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintDotInt8, DotInt8)
+FLINT_GROUPED_HANDLER(FlintDotInt8Mins, DotInt8Mins, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintDotS4, DotS4)
+FLINT_GROUPED_HANDLER(FlintDotU4Mins, DotU4Mins, .Arg<ffi::AnyBuffer>())

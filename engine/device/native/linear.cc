@@ -200,18 +200,6 @@ extern "C" int FlintProductsInPairs() {
 extern "C" int FlintBlockRows() { return kLanes; }
 extern "C" int FlintBlockStep() { return kStep; }
 
-// Values and scales are bound untyped: ops.py `linear` names the target by the values'
-// kind, and the scales are float32 or fp16.
-#define FLINT_GROUPED_HANDLER(symbol, function, ...)              \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                 \
-                                ffi::Ffi::Bind()                  \
-                                    .Ctx<ffi::ThreadPool>()       \
-                                    .Arg<ffi::Buffer<ffi::BF16>>() \
-                                    .Arg<ffi::AnyBuffer>()        \
-                                    .Arg<ffi::AnyBuffer>() __VA_ARGS__ \
-                                    .Arg<ffi::Buffer<ffi::S32>>() \
-                                    .Ret<ffi::Buffer<ffi::F32>>());
-
 FLINT_GROUPED_HANDLER(FlintLinearInt8, Grouped<Int8Values>)
 FLINT_GROUPED_HANDLER(FlintLinearInt8Mins, GroupedMins<Int8Values>, .Arg<ffi::AnyBuffer>())
 FLINT_GROUPED_HANDLER(FlintLinearS4, Grouped<NibbleValues<8>>)

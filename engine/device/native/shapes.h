@@ -63,6 +63,20 @@ ffi::Error by_scale_type(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* min
   }
 }
 
+// A grouped product's FFI handler (linear.cc, dot.cc): x (bfloat16), the values and the
+// scales (then, as `...`, the offsets), the layer, and y (float32). Values and scales are
+// bound untyped: ops.py `linear` names the target by the values' kind, and the scales are
+// float32 or fp16.
+#define FLINT_GROUPED_HANDLER(symbol, function, ...)                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                        \
+                                ffi::Ffi::Bind()                         \
+                                    .Ctx<ffi::ThreadPool>()              \
+                                    .Arg<ffi::Buffer<ffi::BF16>>()       \
+                                    .Arg<ffi::AnyBuffer>()               \
+                                    .Arg<ffi::AnyBuffer>() __VA_ARGS__   \
+                                    .Arg<ffi::Buffer<ffi::S32>>()        \
+                                    .Ret<ffi::Buffer<ffi::F32>>());
+
 // The layer of a stack (a leading dimension past the packed three) read in place at
 // `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
 inline int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
