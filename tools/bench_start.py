@@ -86,6 +86,7 @@ def report(args: argparse.Namespace, gguf: Path, flint: list, llama: list) -> No
     print("| | healthy after (warm) | RSS once healthy | RSS idle after a request |")
     print("| --- | --- | --- | --- |")
     for name, rows in (("Flint", flint), ("llama-server", llama)):
-        print(f"| {name} | {median(rows, 0):.2f} s | {median(rows, 1) / MIB:.0f} MiB | {median(rows, 2) / MIB:.0f} MiB |")
+        healthy, idle = median(rows, 1) / MIB, median(rows, 2) / MIB
+        print(f"| {name} | {median(rows, 0):.2f} s | {healthy:.0f} MiB | {idle:.0f} MiB |")
     print(f"| Flint / llama-server | | {median(flint, 1) / median(llama, 1):.2f}x | "
           f"{median(flint, 2) / median(llama, 2):.2f}x |")

@@ -62,8 +62,8 @@ def native_slots(model: ModelConfig, engine: EngineConfig, native_linear: bool, 
     native_layer_weights), and the kernel serves the slots' shapes. A float model's slots
     stay in its own precision, beside its XLA products."""
     groups = {group: modules for group, modules in adapted_groups(engine, model).items() if modules}
-    served = all(isinstance(layers.get(group), (Int8Weight, native_ops.PackedWeight)) and native_ops.serves(layers[group])
-                 for group in groups)
+    integer = (Int8Weight, native_ops.PackedWeight)  # a PackedWeight: kept packed (engine/loader/served_cache.py)
+    served = all(isinstance(layers.get(group), integer) and native_ops.serves(layers[group]) for group in groups)
     return (native_linear and engine.max_loras > 0 and served
             and lora_native.fits(groups, projection_shapes(model)))
 

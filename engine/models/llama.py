@@ -83,7 +83,7 @@ class Llama(Decoder):
         Unquantized layers keep the checkpoint's precision throughout. Weights kept packed
         (engine/loader/served_cache.py `keep_packed`) are unpacked where the kernels are not used."""
         if not self.native_linear:
-            weights = unpacked_weights(weights)
+            weights = native_ops.unpacked_tree(weights)
         quantized = any(isinstance(weight, (Int8Weight, native_ops.PackedWeight))
                         for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
@@ -198,13 +198,6 @@ def narrow_head(weight, narrow: bool):
     if isinstance(weight, (Int8Weight, native_ops.PackedWeight)):
         return jax.tree.map(jnp.asarray, weight)
     return quantize_int8(weight, group=HEAD_GROUP_SIZE) if narrow else jnp.asarray(weight)
-
-
-def unpacked_weights(weights: dict) -> dict:
-    """`weights` with every PackedWeight as the Int8Weight (or array) it packs."""
-    unpack = lambda weight: native_ops.unpacked(weight) if isinstance(weight, native_ops.PackedWeight) else weight
-    is_packed = lambda node: isinstance(node, native_ops.PackedWeight)
-    return jax.tree.map(unpack, weights, is_leaf=is_packed)
 
 @dataclass(frozen=True)
 class Step:

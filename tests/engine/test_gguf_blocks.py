@@ -221,7 +221,6 @@ def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_
     projections and head packed for the kernels; a second start maps them and serves the
     same logits, bit for bit; an engine without the kernels unpacks them to the blocks."""
     from engine.device.weights import serving_weights
-    from engine.models.llama import unpacked_weights
 
     require_native_kernels()
     monkeypatch.setattr("engine.loader.serving.tokenizer_for", lambda checkpoint: smollm2_tokenizer)  # none in the file
@@ -239,7 +238,7 @@ def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_
 
     checkpoint = load_checkpoint(q4_k_m_file, blocks=True)
     made = serving_weights(checkpoint.config, checkpoint.params, "float32", "gguf")["layers"]
-    unpacked = unpacked_weights(kept)["layers"]
+    unpacked = ops.unpacked_tree(kept)["layers"]
     for name in projections:
         for again, served in zip(jax.tree.leaves(unpacked[name]), jax.tree.leaves(made[name])):
             np.testing.assert_array_equal(np.asarray(again), np.asarray(served))

@@ -54,7 +54,7 @@ class NativeWeight:
     values: jax.Array  # int8, uint8 (4-bit, two a byte) or bfloat16 [layers, out / rows, in / step, block]
     scales: jax.Array | None  # float32 or float16 [layers, out / rows, groups, rows]; None for bfloat16
     layer: jax.Array  # int32 []
-    mins: jax.Array | None = None  # float32, as scales, where the weight has offsets
+    mins: jax.Array | None = None  # as scales (their dtype), where the weight has offsets
     bits: int = field(default=8, metadata=dict(static=True))
     dots: bool = field(default=False, metadata=dict(static=True))
 
@@ -166,6 +166,13 @@ def unpacked(weight: PackedWeight):
     by_row = lambda groups: None if groups is None else groups.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
     return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits,
                       integer_dots=weight.dots)
+
+
+def unpacked_tree(weights):
+    """`weights` (a pytree) with every PackedWeight as the Int8Weight or array it packs: the
+    weights a served cache kept packed, for an engine that does not use the kernels."""
+    is_packed = lambda node: isinstance(node, PackedWeight)
+    return jax.tree.map(lambda node: unpacked(node) if is_packed(node) else node, weights, is_leaf=is_packed)
 
 
 def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
