@@ -78,8 +78,9 @@ HEAD_GROUP_SIZE = 32
 class Int8Weight:
     """A matrix [..., out, in] as small integers and a scale per group of inputs:
     weight = value x scale (+ min, where a GGUF block format has offsets:
-    engine/loader/gguf_blocks.py). `bits` 4: the values fit in 4 bits (-8..7 without
-    offsets, 0..15 with them), which the native kernels keep two a byte. `integer_dots`: a
+    engine/loader/gguf_blocks.py). `bits` 4 or 6: the values fit in that many bits (-8..7
+    or -32..31 without offsets, 0..15 or 0..63 with them), which the native kernels keep in
+    as many bits (engine/device/native/ops.py `packed`). `integer_dots`: a
     GGUF file's blocks, which the native kernels multiply as ggml does where the CPU has
     integer dot products: over the inputs quantized to int8 per group (dot.cc)."""
 
@@ -117,21 +118,22 @@ def quantize_into(matrix, bits: int, groups: int, offsets: bool, integer_dots: b
                   scale_dtype: str = "float32") -> Int8Weight:
     """`matrix` as an Int8Weight of a given form (a served GGUF weight's: new weights for a
     model served from its blocks, engine/device/weight_update.py): `groups` a row; with
-    `offsets` each group from its least value in 2^bits - 1 steps (4 bits) or 127 (int8),
-    else symmetric: 7 steps a side (4 bits, -8 unused) or 127. Scales and offsets in
-    `scale_dtype`, rounded to it before the values are chosen under them."""
+    `offsets` each group from its least value in 2^bits - 1 steps (4 and 6 bits) or 127
+    (int8), else symmetric: 2^(bits - 1) - 1 steps a side (the least value unused) or 127.
+    Scales and offsets in `scale_dtype`, rounded to it before the values are chosen under
+    them."""
     width = matrix.shape[-1]
     grouped = matrix.astype(jnp.float32).reshape(*matrix.shape[:-1], groups, width // groups)
     kept = lambda array: array.astype(scale_dtype)
     if offsets:
         low, high = grouped.min(axis=-1), grouped.max(axis=-1)
-        levels = 15 if bits == 4 else 127
+        levels = 127 if bits == 8 else 2**bits - 1
         mins = kept(low)
         scales = kept((high - mins.astype(jnp.float32)) / levels)
         steps = grouped - mins.astype(jnp.float32)[..., None]
         values = jnp.clip(jnp.round(steps / _nonzero(scales)[..., None]), 0, levels)
     else:
-        levels = 7 if bits == 4 else 127
+        levels = 2 ** (bits - 1) - 1
         scales = kept(jnp.max(jnp.abs(grouped), axis=-1) / levels)
         values, mins = jnp.clip(jnp.round(grouped / _nonzero(scales)[..., None]), -levels, levels), None
     return Int8Weight(values=values.astype(jnp.int8).reshape(matrix.shape), scales=scales, mins=mins, bits=bits,
@@ -155,14 +157,16 @@ def dequantize(weight, dtype=jnp.float32) -> jax.Array:
     return matrix + jnp.repeat(jnp.asarray(weight.mins).astype(dtype), group, axis=-1)
 
 
-# Int8Weights of different forms made one, exactly, so they stack (over layers) or
-# concatenate (q|k|v, gate|up): a GGUF Q4_K_M file holds Q4_K and Q6_K tensors side by side
-# (attn_v and ffn_down in Q6_K in some layers), and a stack or a fused matrix is one form.
-# A form is (bits, groups, offsets). The common one: the finest groups among them (a
-# coarser group's scale repeated over its finer parts), offsets where any has them (zero
-# for the others), 4 bits only where all are 4-bit of one kind (the same signedness), else
-# int8, which holds every kept format's values; float16 scales only where all have them,
-# else float32. Nothing is rounded: each weight stands for the same numbers after.
+# Int8Weights of different forms made one, so they stack (over layers) or concatenate
+# (q|k|v, gate|up): a GGUF Q4_K_M file holds Q4_K and Q6_K tensors side by side (attn_v and
+# ffn_down in Q6_K in some layers), and a stack or a fused matrix is one form. A form is
+# (bits, groups, offsets). The common one: the finest groups among them (a coarser group's
+# scale repeated over its finer parts), offsets where any has them, the most bits among
+# them; float16 scales only where all have them, else float32. A weight without offsets
+# joins a form with them as its values from 0 (q + 2^(bits - 1), its offset -2^(bits - 1)
+# x its scale) where the form is 4- or 6-bit, so a Q4_K and Q6_K stack is 6-bit; in an int8
+# form its offsets are 0. Each weight stands for the same numbers after (each scale and
+# offset exactly as it was, or a power of two times it).
 
 def alike(weights: list) -> list:
     """`weights` in one form (see the module). Where some are plain arrays (a tensor of a
@@ -173,8 +177,7 @@ def alike(weights: list) -> list:
         return [_plain(weight) for weight in weights]
     groups = max(weight.scales.shape[-1] for weight in weights)
     offsets = any(weight.mins is not None for weight in weights)
-    kinds = {(weight.bits, weight.mins is None) for weight in weights}
-    bits = weights[0].bits if len(kinds) == 1 else 8
+    bits = max(weight.bits for weight in weights)
     dots = all(weight.integer_dots for weight in weights)
     scale_dtypes = {np.dtype(weight.scales.dtype) for weight in weights}
     scale_dtype = scale_dtypes.pop() if len(scale_dtypes) == 1 else np.dtype(np.float32)
@@ -191,9 +194,16 @@ def in_form(weight: Int8Weight, groups: int, offsets: bool, bits: int, dots: boo
     if factor * weight.scales.shape[-1] != groups:
         raise ValueError(f"groups of {weight.scales.shape[-1]} and {groups} a row have no common refinement")
     finer = lambda array: _as_dtype(array if factor == 1 else xp.repeat(array, factor, axis=-1), scale_dtype)
-    mins = weight.mins if weight.mins is not None or not offsets else xp.zeros_like(weight.scales)
-    return Int8Weight(values=weight.values, scales=finer(weight.scales), mins=None if mins is None else finer(mins),
-                      bits=max(bits, weight.bits), integer_dots=dots)
+    bits, values, scales = max(bits, weight.bits), weight.values, finer(weight.scales)
+    if weight.mins is not None or not offsets:
+        mins = None if weight.mins is None else finer(weight.mins)
+    elif bits == 8:
+        mins = xp.zeros_like(scales)
+    else:  # from 0, in the form's bits
+        shift = 2 ** (weight.bits - 1)
+        values = (values.astype(xp.int16) + shift).astype(xp.int8)
+        mins = scales * _as_dtype(xp.asarray(-shift), scale_dtype)
+    return Int8Weight(values=values, scales=scales, mins=mins, bits=bits, integer_dots=dots)
 
 
 def _as_dtype(array, dtype):

@@ -11,14 +11,16 @@ Every kept format is, per group of 16 or 32 inputs of a row, weight = scale x q 
 - Q6_K: super-blocks of 256, 16 groups of 16 with int8 scales under fp16 d, q - 32.
 These are ggml's layouts (ggml-common.h's block_q8_0 ... block_q6_K); gguf.quants, an
 independent implementation, is the tests' reference (tests/engine/test_gguf_blocks.py).
-4-bit values (Q4_0, Q4_1, Q4_K) are marked `bits=4`: the native kernels keep them two a
-byte (engine/device/native/ops.py `packed`). The other types have no kernel, and are read
+4-bit values (Q4_0, Q4_1, Q4_K) are marked `bits=4`, 5- and 6-bit ones (Q5_K, Q6_K)
+`bits=6`: the native kernels keep them in as many bits (engine/device/native/ops.py
+`packed`). The other types have no kernel, and are read
 as float32 (engine/loader/gguf.py) and quantized as the engine's int8; `kept_or_reason`
 says why, and `WeightFormats` keeps it for the log and /health.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -111,14 +113,15 @@ def _q6_k(blocks):
     return quants, _half(blocks, 208)[..., None] * scales, None
 
 
-# Kept type -> (inputs a block, inputs a group, decoder of [..., blocks, bytes], 4-bit values).
+# Kept type -> (inputs a block, inputs a group, decoder of [..., blocks, bytes], the bits
+# its values fit in: Int8Weight.bits).
 KEPT = {
-    Q.Q8_0: (32, 32, _q8_0, False),
-    Q.Q4_0: (32, 32, _q4_0, True),
-    Q.Q4_1: (32, 32, _q4_1, True),
-    Q.Q4_K: (256, 32, _q4_k, True),
-    Q.Q5_K: (256, 32, _q5_k, False),
-    Q.Q6_K: (256, 16, _q6_k, False),
+    Q.Q8_0: (32, 32, _q8_0, 8),
+    Q.Q4_0: (32, 32, _q4_0, 4),
+    Q.Q4_1: (32, 32, _q4_1, 4),
+    Q.Q4_K: (256, 32, _q4_k, 4),
+    Q.Q5_K: (256, 32, _q5_k, 6),  # 0..31: kept in 6 bits, as Q6_K's are
+    Q.Q6_K: (256, 16, _q6_k, 6),
 }
 
 
@@ -176,7 +179,7 @@ class WeightFormats:
 def blocks_of(data: np.ndarray, tensor_type, shape: tuple[int, ...]) -> Int8Weight:
     """A tensor's raw bytes `data` (GGUFReader's, rows of blocks) of a kept type as an
     Int8Weight of `shape` [..., out, in] (NumPy)."""
-    per_block, group, decode, four_bits = KEPT[tensor_type]
+    per_block, group, decode, bits = KEPT[tensor_type]
     block_bytes = gguf.GGML_QUANT_SIZES[tensor_type][1]
     *lead, width = shape
     blocks = np.ascontiguousarray(data).reshape(*lead, width // per_block, block_bytes)
@@ -184,5 +187,10 @@ def blocks_of(data: np.ndarray, tensor_type, shape: tuple[int, ...]) -> Int8Weig
     groups = width // group
     values = np.ascontiguousarray(quants.reshape(*lead, width))
     grouped = lambda array: None if array is None else np.ascontiguousarray(array.reshape(*lead, groups))
-    return Int8Weight(values=values, scales=grouped(scales), mins=grouped(mins), bits=4 if four_bits else 8,
-                      integer_dots=True)
+    return Int8Weight(values=values, scales=grouped(scales), mins=grouped(mins), bits=bits, integer_dots=True)
+
+
+def as_head(weight: Int8Weight) -> Int8Weight:
+    """A kept embedding or head (Q8_0, Q6_K) as int8 values, the form its rows are read
+    from (ops.py `packed_rows`)."""
+    return dataclasses.replace(weight, bits=8)

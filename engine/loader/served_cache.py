@@ -237,10 +237,13 @@ def _unflatten(flat: dict) -> dict:
     return _rebuild_quantized(tree)
 
 
+INTEGER_BITS = (8, 6, 4)  # an Int8Weight's and a PackedWeight's forms (engine/device/weights.py)
+
+
 def integer_values_key(bits: int, dots: bool) -> str:
-    """The name of an Int8Weight's values, which says its static form: 4-bit values, and a
+    """The name of an Int8Weight's values, which says its static form: 4- or 6-bit values, and a
     GGUF file's blocks (multiplied over integer inputs where the CPU has them)."""
-    return f"{'int8' if bits == 8 else 'int4'}{'.dots' if dots else ''}.values"
+    return f"int{bits}{'.dots' if dots else ''}.values"
 
 
 def packed_values_key(bits: int, dots: bool) -> str:
@@ -249,7 +252,7 @@ def packed_values_key(bits: int, dots: bool) -> str:
 
 
 def _rebuild_packed(node: dict) -> PackedWeight | None:
-    for bits, dots in itertools.product((8, 4), (False, True)):
+    for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = packed_values_key(bits, dots)
         if values in node and set(node) <= {values, "packed.scales", "packed.mins"}:
             return PackedWeight(values=node[values], scales=node.get("packed.scales"), mins=node.get("packed.mins"),
@@ -262,7 +265,7 @@ def _rebuild_quantized(node):
         return node
     if (packed := _rebuild_packed(node)) is not None:
         return packed
-    for bits, dots in itertools.product((8, 4), (False, True)):
+    for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = integer_values_key(bits, dots)
         if set(node) in ({values, "int8.scales"}, {values, "int8.scales", "int8.mins"}):
             return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits,

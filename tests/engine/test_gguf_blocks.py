@@ -1,5 +1,5 @@
 """GGUF's own blocks served in place (engine/loader/gguf_blocks.py, the native kernels'
-4-bit and offset products, `--quantization gguf`, auto's choice for a GGUF file on a CPU):
+4-bit, 6-bit and offset products, `--quantization gguf`, auto's choice for a GGUF file on a CPU):
 each kept type reads to exactly what gguf.quants (an independent implementation) dequantizes
 it to; a product over it is the float product over those numbers up to the rounding of the
 inputs to bfloat16, and a row's product is the same bits among any tokens; mixed types
@@ -75,7 +75,7 @@ def test_each_kept_type_reads_to_what_gguf_quants_dequantizes(qtype):
     data, reference = kept_weight(qtype, (32, 512), seed=1)
     weight = blocks_of(data, qtype, (32, 512))
     np.testing.assert_array_equal(np.asarray(dequantize(weight)), reference)
-    assert weight.bits == (4 if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else 8)
+    assert weight.bits == {Q.Q8_0: 8, Q.Q5_K: 6, Q.Q6_K: 6}.get(qtype, 4)
 
 
 @pytest.fixture(params=["integer dots", "bfloat16 inputs"])
@@ -121,17 +121,58 @@ def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype, in
     assert_the_same_bits_among_any_tokens(native_weight, rows, f"{qtype.name}, {inputs}")
 
 
-def test_mixed_types_stack_and_fuse_in_one_form_exactly():
-    q4_k, q6_k, q4_0, q4_1 = (blocks_of(kept_weight(qtype, (32, 256), seed=5)[0], qtype, (32, 256))
-                              for qtype in (Q.Q4_K, Q.Q6_K, Q.Q4_0, Q.Q4_1))
-    for parts, form in (([q4_k, q6_k], (8, 16, True)), ([q4_0, q4_1], (8, 8, True)), ([q4_k, q4_1], (4, 8, True)),
-                        ([q4_0, q4_0], (4, 8, False))):
-        made = alike(parts)
-        assert {(w.bits, w.scales.shape[-1], w.mins is not None) for w in made} == {form}
-        for before, after in zip(parts, made):
-            np.testing.assert_array_equal(np.asarray(dequantize(after)), np.asarray(dequantize(before)))
-    floats = alike([q4_k, np.ones((32, 256), np.float32)])
-    assert not any(isinstance(weight, Int8Weight) for weight in floats)  # a type without a kernel: all plain
+def exact_numbers(weight: Int8Weight) -> np.ndarray:
+    """The numbers a weight stands for, in float64: value x scale (+ offset) exactly."""
+    group = weight.values.shape[-1] // weight.scales.shape[-1]
+    widen = lambda groups: np.repeat(np.asarray(groups, np.float64), group, axis=-1)
+    numbers = np.asarray(weight.values, np.float64) * widen(weight.scales)
+    return numbers if weight.mins is None else numbers + widen(weight.mins)
+
+
+def the_kept_types(*types, shape=(32, 256), seed=5) -> list[Int8Weight]:
+    return [blocks_of(kept_weight(qtype, shape, seed=seed + index)[0], qtype, shape)
+            for index, qtype in enumerate(types)]
+
+
+@pytest.mark.parametrize("types, form", [
+    ((Q.Q4_K, Q.Q6_K), (6, 16, True)),  # Q4_K_M's attn_v and ffn_down stacks: 6 bits from 0, not int8
+    ((Q.Q4_0, Q.Q4_1), (4, 8, True)),    # Q4_0's values from 0 under an offset of -8 x scale
+    ((Q.Q4_K, Q.Q4_1), (4, 8, True)),
+    ((Q.Q4_0, Q.Q4_0), (4, 8, False)),
+    ((Q.Q6_K, Q.Q5_K), (6, 16, True)),
+    ((Q.Q4_K, Q.Q8_0), (8, 8, True)),    # int8 holds any of them, its offsets 0
+], ids=lambda value: "+".join(kind.name for kind in value) if isinstance(value[0], Q) else None)
+def test_mixed_types_stack_and_fuse_in_one_form_exactly(types, form):
+    parts = the_kept_types(*types)
+    made = alike(parts)
+    assert {(w.bits, w.scales.shape[-1], w.mins is not None) for w in made} == {form}
+    bits = form[0]
+    for before, after in zip(parts, made):
+        np.testing.assert_array_equal(exact_numbers(after), exact_numbers(before))
+        signed = after.mins is None or bits == 8
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+        assert low <= after.values.min() and after.values.max() <= high
+
+
+def test_a_type_without_a_kernel_makes_its_stack_plain():
+    floats = alike([the_kept_types(Q.Q4_K)[0], np.ones((32, 256), np.float32)])
+    assert not any(isinstance(weight, Int8Weight) for weight in floats)
+
+
+def test_a_mixed_stack_s_product_is_the_float_product_of_each_layer(inputs):
+    """A Q4_K_M stack (Q4_K and Q6_K layers, in one 6-bit form with offsets), each layer read
+    in place: its product is the float product over that layer's own dequantized blocks."""
+    data = [kept_weight(qtype, (64, 512), seed=6 + index) for index, qtype in enumerate((Q.Q4_K, Q.Q6_K, Q.Q4_K))]
+    layers = alike([blocks_of(raw, qtype, (64, 512)) for (raw, _), qtype in zip(data, (Q.Q4_K, Q.Q6_K, Q.Q4_K))])
+    stack = jax.tree.map(lambda *parts: np.stack(parts), *layers)
+    packed = ops.packed(stack)
+    assert (packed.bits, packed.mins is not None) == (6, True)
+    x = np.random.default_rng(7).standard_normal((5, 512)).astype(np.float32)
+    for layer, (_, reference) in enumerate(data):
+        got = np.asarray(ops.linear(jnp.asarray(x), ops.at_layer(packed, layer)), np.float64)
+        rounded = inputs_as_read(x, packed, 512 // stack.scales.shape[-1])
+        error = np.abs(got - rounded @ reference.T) / (np.abs(rounded) @ np.abs(reference).T)
+        assert error.max() <= PRODUCT_BOUND, (layer, error.max())
 
 
 ENGINE = EngineConfig(max_model_len=64, max_num_seqs=2, max_num_batched_tokens=32, page_size=4, num_pages=20)
@@ -246,7 +287,7 @@ def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_
 
 def test_new_weights_are_quantized_into_the_served_forms(q4_k_m_file, smollm2_tokenizer):
     """A model served from its blocks takes float weights (a trainer's) quantized into each
-    weight's served form (4-bit with offsets, groups of 16, integer dots), so the compiled
+    weight's served form (4- and 6-bit with offsets, groups of 16, integer dots), so the compiled
     steps take them: one program compiled (the relayout), and the logits follow the new
     weights within 4-bit quantization's error."""
     from engine.device.compile_cache import CompileCounter

@@ -6,7 +6,7 @@ A CPU without it sums in float32 (blocks.h), 16 lanes wide with AVX-512 and 8 wi
 alone. Each is built here for such a CPU (-march; this one runs the code of both) and
 checked in a process of its own, which loads that build in place of the installed one: the
 build says which path it has, its products match the widened weights (Flint's int8, bfloat16,
-and a GGUF file's blocks: Q4_0, Q4_K, Q5_K, Q6_K), and a row's product is the same bits alone
+and a GGUF file's blocks: Q4_0, Q4_K, Q5_K, Q6_K, and Q6_K in a Q4_K stack), and a row's product is the same bits alone
 and among 1 to 40 tokens, at any place among them.
 """
 
@@ -49,13 +49,16 @@ rng = np.random.default_rng(0)
 matrix = jnp.asarray(rng.standard_normal((2, 48, 576)).astype(np.float32))
 weights = {"int8": quantize_int8(matrix), "int8 head": quantize_int8(matrix[:1], HEAD_GROUP_SIZE),
            "bfloat16": matrix[0].astype(jnp.bfloat16)}
-# A GGUF file's blocks: 4-bit with and without offsets, int8 with offsets, groups of 16.
+# A GGUF file's blocks: 4-bit with and without offsets, 6-bit with and without, groups of 16.
 from gguf_block_files import kept_weight
 from engine.loader.gguf_blocks import blocks_of
 import gguf
 for qtype in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
     kind = getattr(gguf.GGMLQuantizationType, qtype)
     weights[qtype] = blocks_of(kept_weight(kind, (48, 768), seed=1)[0], kind, (48, 768))
+# A Q4_K_M stack's layer of Q6_K, 6-bit from 0 beside Q4_K (weights.py `alike`).
+from engine.device.weights import alike
+weights["Q6_K among Q4_K"] = jax.tree.map(lambda *parts: np.stack(parts), *alike([weights["Q6_K"], weights["Q4_K"]]))
 print("integer dots:", native.integer_dots())
 rows = rng.standard_normal((3, 768)).astype(np.float32)
 for kind, weight in weights.items():

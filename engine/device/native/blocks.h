@@ -65,6 +65,25 @@ inline WeightBlock block_of_nibbles(const uint8_t* p) {
   return _mm512_cvtne2ps_pbh(high, low);
 }
 
+// 32 6-bit weights: their low halves as `block_of_nibbles` reads them, then 8 bytes of
+// their top two bits (byte i: weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6: ops.py
+// `six_bits`), less kBias, as bfloat16, exactly.
+template <int kBias>
+inline WeightBlock block_of_six(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16));
+  const __m512i tops = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(eight, eight));  // lane l: byte l % 8
+  const __m512i at = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i three = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(kBias);
+  const __m512i further = _mm512_add_epi32(at, _mm512_set1_epi32(4));  // the high half's: weights 16 to 31
+  const __m512i low_tops = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(tops, at), three), 4);
+  const __m512i high_tops = _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(tops, further), three), 4);
+  const __m512i low = _mm512_or_si512(_mm512_and_si512(bytes, _mm512_set1_epi32(15)), low_tops);
+  const __m512i high = _mm512_or_si512(_mm512_srli_epi32(bytes, 4), high_tops);
+  return _mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(_mm512_sub_epi32(high, bias)),
+                             _mm512_cvtepi32_ps(_mm512_sub_epi32(low, bias)));
+}
+
 // The step's pair of a token's inputs, in every lane, folded into each row's sum.
 inline fvec fold(fvec sums, WeightBlock weights, const InputElement* inputs) {
   uint32_t pair;
@@ -84,10 +103,9 @@ typedef fvec WeightBlock;
 inline WeightBlock block_of(const uint16_t* p) { return widen(p); }
 inline WeightBlock block_of(const int8_t* p) { return widen(p); }
 
-// kLanes 4-bit weights, two a byte (byte b: weight b in its low half, weight b + kLanes / 2
-// in its high half: ops.py `nibbles`), less kBias, as float32.
-template <int kBias>
-inline WeightBlock block_of_nibbles(const uint8_t* p) {
+// kLanes 4-bit values, two a byte (byte b: value b in its low half, value b + kLanes / 2
+// in its high half: ops.py `nibbles`), as integers.
+inline ivec nibble_integers(const uint8_t* p) {
 #if defined(__AVX2__)
   __m128i packed;
   if constexpr (kLanes == 16) {
@@ -101,18 +119,42 @@ inline WeightBlock block_of_nibbles(const uint8_t* p) {
   const __m128i low = _mm_and_si128(packed, mask), high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
   const __m128i bytes = kLanes == 16 ? _mm_unpacklo_epi64(low, high) : _mm_unpacklo_epi32(low, high);
 #if defined(__AVX512F__)
-  return (fvec)_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(kBias)));
+  return (ivec)_mm512_cvtepu8_epi32(bytes);
 #else
-  return (fvec)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(kBias)));
+  return (ivec)_mm256_cvtepu8_epi32(bytes);
 #endif
 #else
-  fvec v;
+  ivec v;
   for (int i = 0; i < kLanes / 2; ++i) {
-    v[i] = float((p[i] & 15) - kBias);
-    v[i + kLanes / 2] = float((p[i] >> 4) - kBias);
+    v[i] = p[i] & 15;
+    v[i + kLanes / 2] = p[i] >> 4;
   }
   return v;
 #endif
+}
+
+// kLanes 4-bit weights, two a byte, less kBias, as float32.
+template <int kBias>
+inline WeightBlock block_of_nibbles(const uint8_t* p) {
+  return __builtin_convertvector(nibble_integers(p) - kBias, fvec);
+}
+
+// Lane l's top two bits of a 6-bit value lie in byte l % (kLanes / 4) of the block's top
+// bytes, at bit 2 (l / (kLanes / 4)) (ops.py `six_bits`): the shift that brings them down.
+#if defined(__AVX512F__)
+constexpr ivec kTopShifts = {0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30};
+#else
+constexpr ivec kTopShifts = {0, 8, 2, 10, 4, 12, 6, 14};
+#endif
+
+// kLanes 6-bit weights: their low halves as `block_of_nibbles` reads them, then kLanes / 4
+// bytes of their top two bits, less kBias, as float32.
+template <int kBias>
+inline WeightBlock block_of_six(const uint8_t* p) {
+  int32_t tops = 0;
+  std::memcpy(&tops, p + kLanes / 2, kLanes / 4);
+  const ivec high = (((ivec){} + tops) >> kTopShifts & 3) << 4;
+  return __builtin_convertvector((nibble_integers(p) | high) - kBias, fvec);
 }
 
 inline fvec fold(fvec sums, WeightBlock weights, const InputElement* inputs) {

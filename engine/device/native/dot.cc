@@ -60,6 +60,28 @@ struct DotNibbles {
   }
 };
 
+// 6-bit values: a pair of steps' low halves as `DotNibbles` reads them (64 bytes), then
+// their top two bits four a byte (32 bytes: byte i holds values i, i + 32, i + 64, i + 96
+// of the pair at bits 0, 2, 4, 6: ops.py `six_bits`).
+struct DotSixBits {
+  using Element = uint8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::U8;
+  const uint8_t* values;  // [n / 16, k / 4, 48]
+  static constexpr int64_t kBlockBytes = kDotBytes * 3 / 4;
+  void pair(int64_t block, int64_t pair, int64_t k, __m512i& first, __m512i& second) const {
+    const uint8_t* at = values + (block * (k / (2 * kDotStep)) + pair) * 2 * kBlockBytes;
+    const __m512i bytes = _mm512_loadu_si512(at);
+    // Every byte of the top bytes in both halves; the upper half's read two bits further up
+    // (a 16-bit shift: what it brings in from the next byte is masked off).
+    const __m512i tops = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + kDotBytes)));
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i down = _mm512_srlv_epi16(tops, shifts);
+    const __m512i mask = _mm512_set1_epi8(15), top_mask = _mm512_set1_epi8(0x30);
+    first = _mm512_or_si512(_mm512_and_si512(bytes, mask), _mm512_and_si512(_mm512_slli_epi16(down, 4), top_mask));
+    second = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask), _mm512_and_si512(down, top_mask));
+  }
+};
+
 // int8 values, 64 bytes a step, their sign bits flipped as read (q + 128).
 struct DotBytes {
   using Element = int8_t;
@@ -189,8 +211,9 @@ ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, c
   });
 }
 
-// The handlers: int8 values (their sign bits flipped as read: a bias of 128), or 4-bit less
-// 8 (GGUF's Q4_0), without offsets; int8 or 4-bit from 0 (Q4_1, Q4_K) with them.
+// The handlers: int8 values (their sign bits flipped as read: a bias of 128), 4-bit less 8
+// (GGUF's Q4_0) or 6-bit less 32 (Q6_K), without offsets; int8, 4-bit or 6-bit from 0
+// (Q4_1, Q4_K, Q5_K, mixed stacks) with them.
 template <typename Values, int kBias>
 ffi::Error Dot(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
                ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
@@ -219,6 +242,7 @@ ffi::Error DotMins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::AnyBuffer, ffi:
                    ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
 struct DotBytes {};
 struct DotNibbles {};
+struct DotSixBits {};
 
 }  // namespace
 
@@ -238,9 +262,13 @@ constexpr auto* DotInt8 = &Dot<DotBytes, 128>;
 constexpr auto* DotInt8Mins = &DotMins<DotBytes, 128>;
 constexpr auto* DotS4 = &Dot<DotNibbles, 8>;
 constexpr auto* DotU4Mins = &DotMins<DotNibbles, 0>;
+constexpr auto* DotS6 = &Dot<DotSixBits, 32>;
+constexpr auto* DotU6Mins = &DotMins<DotSixBits, 0>;
 }  // namespace
 
 FLINT_GROUPED_HANDLER(FlintDotInt8, DotInt8)
 FLINT_GROUPED_HANDLER(FlintDotInt8Mins, DotInt8Mins, .Arg<ffi::AnyBuffer>())
 FLINT_GROUPED_HANDLER(FlintDotS4, DotS4)
 FLINT_GROUPED_HANDLER(FlintDotU4Mins, DotU4Mins, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintDotS6, DotS6)
+FLINT_GROUPED_HANDLER(FlintDotU6Mins, DotU6Mins, .Arg<ffi::AnyBuffer>())

@@ -159,8 +159,9 @@ ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& 
   });
 }
 
-// The grouped products' handlers: int8 values, or 4-bit less 8 (GGUF's Q4_0), without
-// offsets; int8 or 4-bit from 0 (GGUF's Q4_1 and Q4_K) with them.
+// The grouped products' handlers: int8 values, 4-bit less 8 (GGUF's Q4_0) or 6-bit less 32
+// (Q6_K), without offsets; int8, 4-bit or 6-bit from 0 (Q4_1, Q4_K, Q5_K, and a stack of
+// Q4_K and Q6_K layers: weights.py `alike`) with them.
 template <typename Values>
 ffi::Error Grouped(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
                    ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
@@ -204,6 +205,8 @@ FLINT_GROUPED_HANDLER(FlintLinearInt8, Grouped<Int8Values>)
 FLINT_GROUPED_HANDLER(FlintLinearInt8Mins, GroupedMins<Int8Values>, .Arg<ffi::AnyBuffer>())
 FLINT_GROUPED_HANDLER(FlintLinearS4, Grouped<NibbleValues<8>>)
 FLINT_GROUPED_HANDLER(FlintLinearU4Mins, GroupedMins<NibbleValues<0>>, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintLinearS6, Grouped<SixBitValues<32>>)
+FLINT_GROUPED_HANDLER(FlintLinearU6Mins, GroupedMins<SixBitValues<0>>, .Arg<ffi::AnyBuffer>())
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearBf16, LinearBf16,
                               ffi::Ffi::Bind()

@@ -14,11 +14,15 @@ extern "C" XLA_FFI_Error* FlintLinearInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearInt8Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearS4(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearU4Mins(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearS6(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearU6Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintLinearBf16(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotInt8(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotInt8Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotS4(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotU4Mins(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotS6(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotU6Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 extern "C" int FlintProductsInPairs();
@@ -33,11 +37,15 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_linear_int8_mins", FlintLinearInt8Mins},
       {"flint_linear_s4", FlintLinearS4},
       {"flint_linear_u4_mins", FlintLinearU4Mins},
+      {"flint_linear_s6", FlintLinearS6},
+      {"flint_linear_u6_mins", FlintLinearU6Mins},
       {"flint_linear_bf16", FlintLinearBf16},
       {"flint_dot_int8", FlintDotInt8},
       {"flint_dot_int8_mins", FlintDotInt8Mins},
       {"flint_dot_s4", FlintDotS4},
       {"flint_dot_u4_mins", FlintDotU4Mins},
+      {"flint_dot_s6", FlintDotS6},
+      {"flint_dot_u6_mins", FlintDotU6Mins},
       {"flint_decode_attention", FlintDecodeAttention},
       {"flint_zeros", FlintZeros},
   };

@@ -29,7 +29,8 @@ class PackedWeight:
     Int8Weight's: float32, or a GGUF format's own fp16), or bfloat16.
 
     values: [..., out / rows, in / step, rows x step] (int8 or bfloat16), or for `bits` 4
-    half that last dimension in bytes, two values a byte (`nibbles`); scales and mins:
+    half that last dimension in bytes, two values a byte (`nibbles`), for `bits` 6 three
+    quarters (`six_bits`); scales and mins:
     [..., out / rows, groups, rows], or None. (rows, step) is the build's
     `native.block_shape()`."""
 
@@ -51,7 +52,7 @@ class PackedWeight:
 class NativeWeight:
     """A packed matrix of a stack [layers, ...] the kernel reads at `layer`."""
 
-    values: jax.Array  # int8, uint8 (4-bit, two a byte) or bfloat16 [layers, out / rows, in / step, block]
+    values: jax.Array  # int8, uint8 (4- or 6-bit) or bfloat16 [layers, out / rows, in / step, block]
     scales: jax.Array | None  # float32 or float16 [layers, out / rows, groups, rows]; None for bfloat16
     layer: jax.Array  # int32 []
     mins: jax.Array | None = None  # as scales (their dtype), where the weight has offsets
@@ -103,8 +104,8 @@ def packed(weight) -> PackedWeight:
     values = steps_of_rows(values, rows, step).reshape(*lead, out // rows, width // step, rows * step)
     if not isinstance(weight, Int8Weight):
         return PackedWeight(values=values, scales=None)
-    if weight.bits == 4:
-        values = nibbles(values, signed=weight.mins is None, steps=2 if dots else 1)
+    if weight.bits in SMALL_BITS:
+        values = SMALL_BITS[weight.bits][0](values, signed=weight.mins is None, steps=2 if dots else 1)
     return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
                         mins=groups_by_block(weight.mins, rows), bits=weight.bits, dots=dots)
 
@@ -131,6 +132,34 @@ def nibbles(values, signed: bool, steps: int = 1):
     return (unsigned[..., :half] | (unsigned[..., half:] << 4)).reshape(*lead, count, block // 2)
 
 
+def six_bits(values, signed: bool, steps: int = 1):
+    """6-bit values [..., steps, block] (int8: -32..31 where `signed`, else 0..63) in 3/4 of
+    a byte each, [..., steps, 3 block / 4], as the kernels read them: in a unit of `steps`
+    steps, their low halves as `nibbles` packs them, then their top two bits four a byte,
+    byte i holding those of values i, i + u, i + 2u, i + 3u (u: a quarter of the unit) at
+    bits 0, 2, 4, 6 (blocks.h `block_of_six`, dot.cc `DotSixBits`)."""
+    xp = np if isinstance(values, np.ndarray) else jnp
+    *lead, count, block = values.shape
+    unit = values.reshape(*lead, count // steps, steps * block)
+    unsigned = (unit.astype(xp.int16) + (32 if signed else 0)).astype(xp.uint8)
+    low = nibbles(unsigned & 15, signed=False, steps=1)  # the unit as one step of `nibbles`
+    tops = (unsigned >> 4).reshape(*unsigned.shape[:-1], 4, -1)
+    top_bytes = tops[..., 0, :] | (tops[..., 1, :] << 2) | (tops[..., 2, :] << 4) | (tops[..., 3, :] << 6)
+    return xp.concatenate([low, top_bytes], axis=-1).reshape(*lead, count, 3 * block // 4)
+
+
+def widened_six_bits(packed, signed: bool, steps: int = 1):
+    """The int8 values `six_bits` packed."""
+    xp = np if isinstance(packed, np.ndarray) else jnp
+    *lead, count, width = packed.shape
+    unit = packed.reshape(*lead, count // steps, steps * width)
+    size = unit.shape[-1] * 4 // 3
+    low = widened_nibbles(unit[..., :size // 2], signed=False)
+    tops = xp.concatenate([(unit[..., size // 2:] >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-1)
+    values = (low | (tops.astype(xp.int8) << 4)).reshape(*lead, count, 4 * width // 3)
+    return values - 32 if signed else values
+
+
 def widened_nibbles(packed, signed: bool, steps: int = 1):
     """The int8 values `nibbles` packed."""
     xp = np if isinstance(packed, np.ndarray) else jnp
@@ -138,6 +167,10 @@ def widened_nibbles(packed, signed: bool, steps: int = 1):
     unit = packed.reshape(*lead, count // steps, steps * half)
     values = xp.concatenate([unit & 15, unit >> 4], axis=-1).astype(xp.int8).reshape(*lead, count, 2 * half)
     return values - 8 if signed else values
+
+
+# Values of fewer than 8 bits: bits -> (their packing, its undoing).
+SMALL_BITS = {4: (nibbles, widened_nibbles), 6: (six_bits, widened_six_bits)}
 
 
 def steps_of_rows(values, rows: int, step: int):
@@ -156,8 +189,8 @@ def steps_of_rows(values, rows: int, step: int):
 def unpacked(weight: PackedWeight):
     """The Int8Weight or bfloat16 array [..., out, in] that `packed` packed."""
     rows, step = DOT_BLOCK if weight.dots else native.block_shape()
-    values = (weight.values if weight.bits == 8
-              else widened_nibbles(weight.values, signed=weight.mins is None, steps=2 if weight.dots else 1))
+    values = (weight.values if weight.bits == 8 else
+              SMALL_BITS[weight.bits][1](weight.values, signed=weight.mins is None, steps=2 if weight.dots else 1))
     *lead, blocks, steps, _ = values.shape
     values = values.reshape(*lead, blocks, steps, rows, step).swapaxes(-3, -2)
     values = values.reshape(*lead, blocks * rows, steps * step)
@@ -212,7 +245,7 @@ def linear(x, weight: NativeWeight):
     if weight.scales is None:
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
     kind = "dot" if weight.dots else "linear"  # a GGUF file's blocks over int8 inputs (dot.cc), or bfloat16 ones
-    target = f"flint_{kind}_{'int8' if weight.bits == 8 else 's4' if weight.mins is None else 'u4'}"
+    target = f"flint_{kind}_{'int8' if weight.bits == 8 else ('s' if weight.mins is None else 'u') + str(weight.bits)}"
     if weight.mins is None:
         return jax.ffi.ffi_call(target, out)(x, weight.values, weight.scales, weight.layer)
     return jax.ffi.ffi_call(f"{target}_mins", out)(x, weight.values, weight.scales, weight.mins, weight.layer)

@@ -15,7 +15,7 @@ namespace flint {
 
 constexpr int64_t kBlocksPerChunk = 64 / kLanes;  // blocks of rows a thread takes at a time: 64 rows
 
-// A block's steps of weights from its values: int8 as they are, or 4-bit, two a byte
+// A block's steps of weights from its values: int8 as they are, 4-bit, two a byte
 // (blocks.h `block_of_nibbles`), less kBias (8 for GGUF's Q4_0, whose values are q - 8).
 struct Int8Values {
   using Element = int8_t;
@@ -32,6 +32,17 @@ struct NibbleValues {
   static constexpr int64_t kBlockBytes = kBlockElements / 2;
   const uint8_t* values;  // [n / kLanes, k / kStep, kBlockElements / 2]
   WeightBlock block(int64_t index) const { return block_of_nibbles<kBias>(values + index * (kBlockElements / 2)); }
+};
+
+// 6-bit values: a block's low halves two a byte, then their top two bits four a byte
+// (blocks.h `block_of_six`), less kBias (32 for GGUF's Q6_K, whose values are q - 32).
+template <int kBias>
+struct SixBitValues {
+  using Element = uint8_t;
+  static constexpr ffi::DataType kType = ffi::DataType::U8;
+  static constexpr int64_t kBlockBytes = kBlockElements * 3 / 4;
+  const uint8_t* values;  // [n / kLanes, k / kStep, kBlockElements * 3 / 4]
+  WeightBlock block(int64_t index) const { return block_of_six<kBias>(values + index * kBlockBytes); }
 };
 
 // Integer weights with a scale per group of `group` inputs of each row, and where kMins an
