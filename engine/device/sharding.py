@@ -77,7 +77,8 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
             groups = lambda part: None if part is None else NamedSharding(mesh, partition_spec(part.shape, spec.axes,
                                                                                                mesh))
             return dataclasses.replace(param, values=sharding_for(spec), scales=groups(param.scales),
-                                       mins=groups(param.mins))
+                                       mins=groups(param.mins), scale_factors=groups(param.scale_factors),
+                                       min_factors=groups(param.min_factors))
         return NamedSharding(mesh, partition_spec(spec.shape, spec.axes, mesh))
 
     shardings = {name: sharding_for(specs[name], params[name]) for name in params

@@ -59,15 +59,17 @@ class WeightRelayout:
 
 
 def integer_forms(state: dict) -> dict:
-    """The (bits, groups, offsets, integer dots, scales' dtype) of each integer weight of a
-    served state, by its place: name, or ("layers", name)."""
+    """The (bits, groups, offsets, integer dots, scales' dtype, super-blocks of factors or 0)
+    of each integer weight of a served state, by its place: name, or ("layers", name)."""
     def form(weight):  # a packed weight's scales are [..., blocks, groups, rows]
+        supers = lambda factors, axis: 0 if factors is None else factors.shape[axis]
         if isinstance(weight, PackedWeight) and weight.scales is not None:
-            return (weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.dots,
-                    weight.scales.dtype.name)
+            dtype = "float32" if weight.scale_factors is not None else weight.scales.dtype.name  # not the integers'
+            return (weight.bits, weight.scales.shape[-2], weight.mins is not None, weight.dots, dtype,
+                    supers(weight.scale_factors, -2))
         if isinstance(weight, Int8Weight):
             return (weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots,
-                    weight.scales.dtype.name)
+                    weight.scales.dtype.name, supers(weight.scale_factors, -1))
         return None
 
     forms = {name: form(weight) for name, weight in state.items() if name != "layers"}

@@ -9,6 +9,9 @@ Every kept format is, per group of 16 or 32 inputs of a row, weight = scale x q 
   under fp16 d and dmin: scale = d x sc, min = -dmin x m (each product of an 11-bit and a
   6-bit number: exact in float32). Q5_K's fifth bits lie apart from the nibbles.
 - Q6_K: super-blocks of 256, 16 groups of 16 with int8 scales under fp16 d, q - 32.
+A K-quant's weight keeps its d (and -dmin) too, as the factors of its scales (and offsets):
+the native kernels read the small integers and the factors, as ggml does, in place of
+float32 scales (Int8Weight `scale_factors`).
 These are ggml's layouts (ggml-common.h's block_q8_0 ... block_q6_K); gguf.quants, an
 independent implementation, is the tests' reference (tests/engine/test_gguf_blocks.py).
 4-bit values (Q4_0, Q4_1, Q4_K) are marked `bits=4`, 5- and 6-bit ones (Q5_K, Q6_K)
@@ -52,16 +55,20 @@ def _nibbles(packed: np.ndarray) -> np.ndarray:
     return np.concatenate([packed & 15, packed >> 4], axis=-1)
 
 
+# Each decoder gives a tensor's blocks [..., blocks, bytes] as (integers [..., blocks, per
+# block], scales and offsets [..., blocks, groups a block] or None, and for a K-quant the
+# factors [..., blocks] its 6- and 8-bit scales and offsets are integers of, else None).
+
 def _q8_0(blocks):
-    return blocks[..., 2:].view(np.int8), _fp16(blocks, 0), None
+    return blocks[..., 2:].view(np.int8), _fp16(blocks, 0), None, None, None
 
 
 def _q4_0(blocks):
-    return (_nibbles(blocks[..., 2:]).astype(np.int8) - 8), _fp16(blocks, 0), None
+    return (_nibbles(blocks[..., 2:]).astype(np.int8) - 8), _fp16(blocks, 0), None, None, None
 
 
 def _q4_1(blocks):
-    return _nibbles(blocks[..., 4:]).astype(np.int8), _fp16(blocks, 0), _fp16(blocks, 2)
+    return _nibbles(blocks[..., 4:]).astype(np.int8), _fp16(blocks, 0), _fp16(blocks, 2), None, None
 
 
 def _k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,10 +83,11 @@ def _k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _k_groups(blocks, quants: np.ndarray):
-    """A K-quant's [..., 256] integers with its groups' scale d x sc and min -dmin x m."""
+    """A K-quant's [..., 256] integers with its groups' scale d x sc and min -dmin x m, and
+    their factors d and -dmin."""
     d, dmin = _half(blocks, 0), _half(blocks, 2)
     sc, m = _k_scales(blocks[..., 4:16])
-    return quants, d[..., None] * sc, -(dmin[..., None] * m)
+    return quants, d[..., None] * sc, -(dmin[..., None] * m), d, -dmin
 
 
 def _by_chunks(packed: np.ndarray) -> np.ndarray:
@@ -110,7 +118,8 @@ def _q6_k(blocks):
                  (ql[..., 0:32] >> 4) | (((qh >> 4) & 3) << 4), (ql[..., 32:64] >> 4) | (((qh >> 6) & 3) << 4)]
         halves.extend(parts)
     quants = np.concatenate(halves, axis=-1).astype(np.int8) - 32
-    return quants, _half(blocks, 208)[..., None] * scales, None
+    d = _half(blocks, 208)
+    return quants, d[..., None] * scales, None, d, None
 
 
 # Kept type -> (inputs a block, inputs a group, decoder of [..., blocks, bytes], the bits
@@ -183,14 +192,16 @@ def blocks_of(data: np.ndarray, tensor_type, shape: tuple[int, ...]) -> Int8Weig
     block_bytes = gguf.GGML_QUANT_SIZES[tensor_type][1]
     *lead, width = shape
     blocks = np.ascontiguousarray(data).reshape(*lead, width // per_block, block_bytes)
-    quants, scales, mins = decode(blocks)
-    groups = width // group
+    quants, scales, mins, scale_factors, min_factors = decode(blocks)
     values = np.ascontiguousarray(quants.reshape(*lead, width))
-    grouped = lambda array: None if array is None else np.ascontiguousarray(array.reshape(*lead, groups))
-    return Int8Weight(values=values, scales=grouped(scales), mins=grouped(mins), bits=bits, integer_dots=True)
+    by_row = lambda array, count: None if array is None else np.ascontiguousarray(array.reshape(*lead, count))
+    groups, supers = width // group, width // per_block
+    return Int8Weight(values=values, scales=by_row(scales, groups), mins=by_row(mins, groups), bits=bits,
+                      integer_dots=True, scale_factors=by_row(scale_factors, supers),
+                      min_factors=by_row(min_factors, supers))
 
 
 def as_head(weight: Int8Weight) -> Int8Weight:
     """A kept embedding or head (Q8_0, Q6_K) as int8 values, the form its rows are read
     from (ops.py `packed_rows`)."""
-    return dataclasses.replace(weight, bits=8)
+    return dataclasses.replace(weight, bits=8, scale_factors=None, min_factors=None)

@@ -209,21 +209,26 @@ def _flatten(weights: dict, prefix: str = ""):
         key = f"{prefix}{name}"
         if isinstance(value, dict):
             yield from _flatten(value, f"{key}/")
-        elif isinstance(value, Int8Weight):  # offsets where it has them
+        elif isinstance(value, Int8Weight):  # offsets and factors where it has them
             yield f"{key}/{integer_values_key(value.bits, value.integer_dots)}", value.values
-            yield f"{key}/int8.scales", value.scales
-            if value.mins is not None:
-                yield f"{key}/int8.mins", value.mins
+            yield from _parts(value, f"{key}/int8")
         elif isinstance(value, PackedWeight):
             yield f"{key}/{packed_values_key(value.bits, value.dots)}", value.values
-            for part in ("scales", "mins"):
-                if getattr(value, part) is not None:
-                    yield f"{key}/packed.{part}", getattr(value, part)
+            yield from _parts(value, f"{key}/packed")
         elif isinstance(value, Fp8Weight):
             yield f"{key}/fp8.values", value.values
             yield f"{key}/fp8.scales", value.scales
         else:
             yield key, value
+
+
+PARTS = ("scales", "mins", "scale_factors", "min_factors")  # an integer weight's, beside its values
+
+
+def _parts(weight, prefix: str):
+    for part in PARTS:
+        if getattr(weight, part) is not None:
+            yield f"{prefix}.{part}", getattr(weight, part)
 
 
 def _unflatten(flat: dict) -> dict:
@@ -254,9 +259,9 @@ def packed_values_key(bits: int, dots: bool) -> str:
 def _rebuild_packed(node: dict) -> PackedWeight | None:
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = packed_values_key(bits, dots)
-        if values in node and set(node) <= {values, "packed.scales", "packed.mins"}:
-            return PackedWeight(values=node[values], scales=node.get("packed.scales"), mins=node.get("packed.mins"),
-                                bits=bits, dots=dots)
+        if values in node and set(node) <= {values, *(f"packed.{part}" for part in PARTS)}:
+            return PackedWeight(values=node[values], bits=bits, dots=dots,
+                                **{part: node.get(f"packed.{part}") for part in PARTS})
     return None
 
 
@@ -267,9 +272,9 @@ def _rebuild_quantized(node):
         return packed
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = integer_values_key(bits, dots)
-        if set(node) in ({values, "int8.scales"}, {values, "int8.scales", "int8.mins"}):
-            return Int8Weight(values=node[values], scales=node["int8.scales"], mins=node.get("int8.mins"), bits=bits,
-                              integer_dots=dots)
+        if values in node and "int8.scales" in node and set(node) <= {values, *(f"int8.{part}" for part in PARTS)}:
+            return Int8Weight(values=node[values], bits=bits, integer_dots=dots,
+                              **{part: node.get(f"int8.{part}") for part in PARTS})
     if set(node) == {"fp8.values", "fp8.scales"}:
         return Fp8Weight(node["fp8.values"], node["fp8.scales"], default_per_token_activations())
     return {name: _rebuild_quantized(child) for name, child in node.items()}

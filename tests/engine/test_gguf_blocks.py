@@ -30,7 +30,7 @@ from engine.engine import Engine
 from engine.device import native
 from engine.device.native import ops
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import Int8Weight, alike, dequantize, resolve_quantization
+from engine.device.weights import Int8Weight, alike, dequantize, factored, resolve_quantization, unfactored
 from engine.loader import served_cache
 from engine.loader.checkpoint import load_checkpoint
 from engine.loader.gguf_blocks import KEPT, blocks_of
@@ -97,6 +97,10 @@ def test_a_product_over_each_type_is_the_float_product_up_to_the_inputs_rounding
     weight = blocks_of(data, qtype, (64, 512))
     packed = ops.packed(weight)
     assert packed.dots == (inputs == "integer dots")
+    # A K-quant's scales and offsets read as ggml keeps them: int8 integers of a factor a
+    # super-block (its d, dmin), a quarter of float32's bytes.
+    k_quant = qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+    assert (packed.scale_factors is not None) == k_quant and (packed.scales.dtype == np.int8) == k_quant
     back = ops.unpacked(packed)
     np.testing.assert_array_equal(np.asarray(back.values), weight.values)  # the 4-bit packing undone
     worst = 0.0
@@ -146,9 +150,13 @@ def test_mixed_types_stack_and_fuse_in_one_form_exactly(types, form):
     parts = the_kept_types(*types)
     made = alike(parts)
     assert {(w.bits, w.scales.shape[-1], w.mins is not None) for w in made} == {form}
-    bits = form[0]
+    bits, k_quants = form[0], set(types) <= {Q.Q4_K, Q.Q5_K, Q.Q6_K}
     for before, after in zip(parts, made):
         np.testing.assert_array_equal(exact_numbers(after), exact_numbers(before))
+        assert (after.scale_factors is not None) == k_quants  # kept only where every part has them
+        if k_quants:  # each scale and offset still an integer of its factor
+            for numbers, factors in ((after.scales, after.scale_factors), (after.mins, after.min_factors)):
+                np.testing.assert_array_equal(unfactored(factored(numbers, factors), factors), numbers)
         signed = after.mins is None or bits == 8
         low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
         assert low <= after.values.min() and after.values.max() <= high

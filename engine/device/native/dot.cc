@@ -96,11 +96,11 @@ struct DotBytes {
   }
 };
 
-template <typename Values, int kBias, bool kMins, typename Scale>
+template <typename Values, int kBias, bool kMins, typename Scales>
 struct DotRows {
   Values values;
-  const Scale* scales;  // [n / 16, groups, 16]: float, or Half (simd.h)
-  const Scale* mins;    // the same, where kMins
+  Scales scales;  // shapes.h: PlainScales (float32 or fp16) or FactoredScales
+  Scales mins;    // where kMins
   int64_t k, group;
 };
 
@@ -137,7 +137,7 @@ void dot_tile(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t block
       }
     }
     for (int c = 0; c < C; ++c) {
-      const fvec scale = load(w.scales + ((block + c) * in.groups + g) * kLanes);
+      const fvec scale = w.scales.get(block + c, g);
       for (int t = 0; t < T; ++t) {
         const int64_t at = (token + t) * in.groups + g;
         const fvec high = as_float(_mm512_sub_epi32(highs[c][t], _mm512_set1_epi32(kBias * in.high_sums[at])));
@@ -145,7 +145,7 @@ void dot_tile(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t block
         const fvec dot = fused_multiply_add(low, splat(1.0f / kRest), high);
         sums[c][t] = fused_multiply_add(dot, scale * splat(in.scales[at]), sums[c][t]);
         if constexpr (kMins) {
-          const fvec min = load(w.mins + ((block + c) * in.groups + g) * kLanes);
+          const fvec min = w.mins.get(block + c, g);
           sums[c][t] = fused_multiply_add(min, splat(in.totals[at]), sums[c][t]);
         }
       }
@@ -182,25 +182,21 @@ void dot_tokens(const Rows& w, const QuantizedInputs& in, int64_t tokens, int64_
 
 template <typename Values, int kBias, bool kMins>
 ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
-                       const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins, const ffi::Buffer<ffi::S32>& layer,
-                       float* y) {
+                       const ScaleBuffers& scales, const ffi::Buffer<ffi::S32>& layer, float* y) {
   if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_dot: values of another type");
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
   const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kDotStep);
   Groups found;
-  if (auto error = groups_of(scales, mins, k_weight, found); error.failure()) return error;
+  if (auto error = groups_of(scales.scales, scales.mins, k_weight, found); error.failure()) return error;
   const int64_t groups = found.count, group = found.size;
   if (auto error = check_shapes(k, n, k_weight, group, 2 * kDotStep); error.failure()) return error;
-  const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
+  const int64_t index = layer_index(dims, layer);
   const int64_t layer_bytes = (n / kLanes) * (k / kDotStep) * Values::kBlockBytes;
   const auto* base = static_cast<const uint8_t*>(values.untyped_data()) + index * layer_bytes;
   const QuantizedInputs in = quantized(pool, input_bits(x), tokens, k, group);
-  return by_scale_type(scales, mins, [&](auto kind) {
-    using Scale = decltype(kind);
-    using Rows = DotRows<Values, kBias, kMins, Scale>;
-    const auto* kept = static_cast<const Scale*>(scales.untyped_data()) + layer_scales;
-    const auto* offsets = mins == nullptr ? nullptr : static_cast<const Scale*>(mins->untyped_data()) + layer_scales;
+  return with_scales(scales, index, n, groups, [&](auto kept, auto offsets) {
+    using Rows = DotRows<Values, kBias, kMins, decltype(kept)>;
     const Rows w{Values{reinterpret_cast<decltype(Values::values)>(base)}, kept, offsets, k, group};
     const int64_t blocks = n / kLanes, per_chunk = 64 / kLanes, chunks = (blocks + per_chunk - 1) / per_chunk;
     parallel_for(pool, chunks, [&](int64_t chunk) {
@@ -211,42 +207,61 @@ ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, c
   });
 }
 
-// The handlers: int8 values (their sign bits flipped as read: a bias of 128), 4-bit less 8
-// (GGUF's Q4_0) or 6-bit less 32 (Q6_K), without offsets; int8, 4-bit or 6-bit from 0
-// (Q4_1, Q4_K, Q5_K, mixed stacks) with them.
-template <typename Values, int kBias>
-ffi::Error Dot(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
-               ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<Values, kBias, false>(pool, x, values, scales, nullptr, layer, y->typed_data());
-}
-
-template <typename Values, int kBias>
-ffi::Error DotMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
-                   ffi::AnyBuffer mins, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return dot_product<Values, kBias, true>(pool, x, values, scales, &mins, layer, y->typed_data());
-}
-
 }  // namespace
 
 #else
 
 namespace {
 
-ffi::Error NoDots() { return ffi::Error::InvalidArgument("flint_dot: this build has no integer dot products"); }
-
-template <typename Values, int kBias>
-ffi::Error Dot(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::AnyBuffer, ffi::AnyBuffer, ffi::Buffer<ffi::S32>,
-               ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
-template <typename Values, int kBias>
-ffi::Error DotMins(ffi::ThreadPool, ffi::Buffer<ffi::BF16>, ffi::AnyBuffer, ffi::AnyBuffer, ffi::AnyBuffer,
-                   ffi::Buffer<ffi::S32>, ffi::ResultBuffer<ffi::F32>) { return NoDots(); }
 struct DotBytes {};
 struct DotNibbles {};
 struct DotSixBits {};
 
+template <typename Values, int kBias, bool kMins>
+ffi::Error dot_product(ffi::ThreadPool&, const ffi::Buffer<ffi::BF16>&, const ffi::AnyBuffer&, const ScaleBuffers&,
+                       const ffi::Buffer<ffi::S32>&, float*) {
+  return ffi::Error::InvalidArgument("flint_dot: this build has no integer dot products");
+}
+
 }  // namespace
 
 #endif
+
+namespace {
+
+// The handlers: int8 values (their sign bits flipped as read: a bias of 128), 4-bit less 8
+// (GGUF's Q4_0) or 6-bit less 32 (Q6_K), without offsets; int8, 4-bit or 6-bit from 0
+// (Q4_1, Q4_K, Q5_K, mixed stacks) with them; and a K-quant's, its scales (and offsets)
+// int8 under their factors.
+template <typename Values, int kBias>
+ffi::Error Dot(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+               ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, false>(pool, x, values, {scales, nullptr, nullptr, nullptr}, layer,
+                                           y->typed_data());
+}
+
+template <typename Values, int kBias>
+ffi::Error DotMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+                   ffi::AnyBuffer mins, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, true>(pool, x, values, {scales, &mins, nullptr, nullptr}, layer, y->typed_data());
+}
+
+template <typename Values, int kBias>
+ffi::Error DotFactored(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
+                       ffi::AnyBuffer factors, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, false>(pool, x, values, {scales, nullptr, &factors, nullptr}, layer,
+                                           y->typed_data());
+}
+
+template <typename Values, int kBias>
+ffi::Error DotFactoredMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values,
+                           ffi::AnyBuffer scales, ffi::AnyBuffer factors, ffi::AnyBuffer mins,
+                           ffi::AnyBuffer min_factors, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return dot_product<Values, kBias, true>(pool, x, values, {scales, &mins, &factors, &min_factors}, layer,
+                                          y->typed_data());
+}
+
+}  // namespace
 
 // Whether this build has the integer dot products (module.cc `integer_dots`).
 extern "C" int FlintIntegerDots() {
@@ -264,6 +279,9 @@ constexpr auto* DotS4 = &Dot<DotNibbles, 8>;
 constexpr auto* DotU4Mins = &DotMins<DotNibbles, 0>;
 constexpr auto* DotS6 = &Dot<DotSixBits, 32>;
 constexpr auto* DotU6Mins = &DotMins<DotSixBits, 0>;
+constexpr auto* DotU4MinsFactored = &DotFactoredMins<DotNibbles, 0>;
+constexpr auto* DotS6Factored = &DotFactored<DotSixBits, 32>;
+constexpr auto* DotU6MinsFactored = &DotFactoredMins<DotSixBits, 0>;
 }  // namespace
 
 FLINT_GROUPED_HANDLER(FlintDotInt8, DotInt8)
@@ -272,3 +290,6 @@ FLINT_GROUPED_HANDLER(FlintDotS4, DotS4)
 FLINT_GROUPED_HANDLER(FlintDotU4Mins, DotU4Mins, .Arg<ffi::AnyBuffer>())
 FLINT_GROUPED_HANDLER(FlintDotS6, DotS6)
 FLINT_GROUPED_HANDLER(FlintDotU6Mins, DotU6Mins, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintDotU4MinsFactored, DotU4MinsFactored, FLINT_FACTORED_MINS)
+FLINT_GROUPED_HANDLER(FlintDotS6Factored, DotS6Factored, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintDotU6MinsFactored, DotU6MinsFactored, FLINT_FACTORED_MINS)

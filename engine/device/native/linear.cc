@@ -136,24 +136,20 @@ void matmul(ffi::ThreadPool& pool, const Rows& w, const uint16_t* x, int64_t tok
 // float32 or fp16 (shapes.h `by_scale_type`).
 template <typename Values, bool kMins>
 ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
-                           const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins,
-                           const ffi::Buffer<ffi::S32>& layer, float* y) {
+                           const ScaleBuffers& scales, const ffi::Buffer<ffi::S32>& layer, float* y) {
   if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_linear: values of another type");
   const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
   const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kStep);
   Groups found;
-  if (auto error = groups_of(scales, mins, k_weight, found); error.failure()) return error;
+  if (auto error = groups_of(scales.scales, scales.mins, k_weight, found); error.failure()) return error;
   const int64_t groups = found.count, group = found.size;
   if (auto error = check_shapes(k, n, k_weight, group, kStep); error.failure()) return error;
-  const int64_t index = layer_index(dims, layer), layer_scales = index * n * groups;
+  const int64_t index = layer_index(dims, layer);
   const auto* base = static_cast<const typename Values::Element*>(values.untyped_data()) +
                      index * (n / kLanes) * (k / kStep) * Values::kBlockBytes;
-  return by_scale_type(scales, mins, [&](auto kind) {
-    using Scale = decltype(kind);
-    const auto* kept = static_cast<const Scale*>(scales.untyped_data()) + layer_scales;
-    const auto* offsets = mins == nullptr ? nullptr : static_cast<const Scale*>(mins->untyped_data()) + layer_scales;
-    GroupedRows<Values, kMins, Scale> w{Values{base}, kept, offsets, k, group};
+  return with_scales(scales, index, n, groups, [&](auto kept, auto offsets) {
+    GroupedRows<Values, kMins, decltype(kept)> w{Values{base}, kept, offsets, k, group};
     matmul(pool, w, input_bits(x), tokens, n, y);
     return ffi::Error::Success();
   });
@@ -161,17 +157,33 @@ ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& 
 
 // The grouped products' handlers: int8 values, 4-bit less 8 (GGUF's Q4_0) or 6-bit less 32
 // (Q6_K), without offsets; int8, 4-bit or 6-bit from 0 (Q4_1, Q4_K, Q5_K, and a stack of
-// Q4_K and Q6_K layers: weights.py `alike`) with them.
+// Q4_K and Q6_K layers: weights.py `alike`) with them; and a K-quant's, its scales (and
+// offsets) int8 under their factors.
 template <typename Values>
 ffi::Error Grouped(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
                    ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<Values, false>(pool, x, values, scales, nullptr, layer, y->typed_data());
+  return grouped_product<Values, false>(pool, x, values, {scales, nullptr, nullptr, nullptr}, layer, y->typed_data());
 }
 
 template <typename Values>
 ffi::Error GroupedMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,
                        ffi::AnyBuffer mins, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
-  return grouped_product<Values, true>(pool, x, values, scales, &mins, layer, y->typed_data());
+  return grouped_product<Values, true>(pool, x, values, {scales, &mins, nullptr, nullptr}, layer, y->typed_data());
+}
+
+template <typename Values>
+ffi::Error GroupedFactored(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values,
+                           ffi::AnyBuffer scales, ffi::AnyBuffer factors, ffi::Buffer<ffi::S32> layer,
+                           ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Values, false>(pool, x, values, {scales, nullptr, &factors, nullptr}, layer, y->typed_data());
+}
+
+template <typename Values>
+ffi::Error GroupedFactoredMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values,
+                               ffi::AnyBuffer scales, ffi::AnyBuffer factors, ffi::AnyBuffer mins,
+                               ffi::AnyBuffer min_factors, ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
+  return grouped_product<Values, true>(pool, x, values, {scales, &mins, &factors, &min_factors}, layer,
+                                       y->typed_data());
 }
 
 ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::BF16> values,
@@ -207,6 +219,9 @@ FLINT_GROUPED_HANDLER(FlintLinearS4, Grouped<NibbleValues<8>>)
 FLINT_GROUPED_HANDLER(FlintLinearU4Mins, GroupedMins<NibbleValues<0>>, .Arg<ffi::AnyBuffer>())
 FLINT_GROUPED_HANDLER(FlintLinearS6, Grouped<SixBitValues<32>>)
 FLINT_GROUPED_HANDLER(FlintLinearU6Mins, GroupedMins<SixBitValues<0>>, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintLinearU4MinsFactored, GroupedFactoredMins<NibbleValues<0>>, FLINT_FACTORED_MINS)
+FLINT_GROUPED_HANDLER(FlintLinearS6Factored, GroupedFactored<SixBitValues<32>>, .Arg<ffi::AnyBuffer>())
+FLINT_GROUPED_HANDLER(FlintLinearU6MinsFactored, GroupedFactoredMins<SixBitValues<0>>, FLINT_FACTORED_MINS)
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlintLinearBf16, LinearBf16,
                               ffi::Ffi::Bind()

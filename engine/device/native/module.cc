@@ -23,6 +23,12 @@ extern "C" XLA_FFI_Error* FlintDotS4(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotU4Mins(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotS6(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDotU6Mins(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearU4MinsFactored(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearS6Factored(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintLinearU6MinsFactored(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotU4MinsFactored(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotS6Factored(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* FlintDotU6MinsFactored(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintDecodeAttention(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* FlintZeros(XLA_FFI_CallFrame* call_frame);
 extern "C" int FlintProductsInPairs();
@@ -46,6 +52,12 @@ static PyObject* Targets(PyObject*, PyObject*) {
       {"flint_dot_u4_mins", FlintDotU4Mins},
       {"flint_dot_s6", FlintDotS6},
       {"flint_dot_u6_mins", FlintDotU6Mins},
+      {"flint_linear_u4_mins_factored", FlintLinearU4MinsFactored},
+      {"flint_linear_s6_factored", FlintLinearS6Factored},
+      {"flint_linear_u6_mins_factored", FlintLinearU6MinsFactored},
+      {"flint_dot_u4_mins_factored", FlintDotU4MinsFactored},
+      {"flint_dot_s6_factored", FlintDotS6Factored},
+      {"flint_dot_u6_mins_factored", FlintDotU6MinsFactored},
       {"flint_decode_attention", FlintDecodeAttention},
       {"flint_zeros", FlintZeros},
   };

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.device import native
-from engine.device.weights import Int8Weight
+from engine.device.weights import Int8Weight, factored, unfactored
 
 
 @jax.tree_util.register_dataclass
@@ -39,6 +39,10 @@ class PackedWeight:
     mins: jax.Array | None = None
     bits: int = field(default=8, metadata=dict(static=True))
     dots: bool = field(default=False, metadata=dict(static=True))  # in the integer dot products' layout (dot.cc)
+    # A K-quant's: its scales and offsets above as int8 integers of these float32 factors,
+    # one a super-block of inputs, [..., out / rows, supers, rows] (Int8Weight's).
+    scale_factors: jax.Array | None = None
+    min_factors: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -58,6 +62,8 @@ class NativeWeight:
     mins: jax.Array | None = None  # as scales (their dtype), where the weight has offsets
     bits: int = field(default=8, metadata=dict(static=True))
     dots: bool = field(default=False, metadata=dict(static=True))
+    scale_factors: jax.Array | None = None  # a K-quant's (PackedWeight's)
+    min_factors: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -106,8 +112,13 @@ def packed(weight) -> PackedWeight:
         return PackedWeight(values=values, scales=None)
     if weight.bits in SMALL_BITS:
         values = SMALL_BITS[weight.bits][0](values, signed=weight.mins is None, steps=2 if dots else 1)
-    return PackedWeight(values=values, scales=groups_by_block(weight.scales, rows),
-                        mins=groups_by_block(weight.mins, rows), bits=weight.bits, dots=dots)
+    scales, mins = weight.scales, weight.mins
+    if weight.scale_factors is not None:  # the integers, read with their factors
+        scales = factored(scales, weight.scale_factors)
+        mins = None if mins is None else factored(mins, weight.min_factors)
+    by_block = lambda groups: groups_by_block(groups, rows)
+    return PackedWeight(values=values, scales=by_block(scales), mins=by_block(mins), bits=weight.bits, dots=dots,
+                        scale_factors=by_block(weight.scale_factors), min_factors=by_block(weight.min_factors))
 
 
 def groups_by_block(groups, rows: int):
@@ -197,8 +208,13 @@ def unpacked(weight: PackedWeight):
     if weight.scales is None:
         return values
     by_row = lambda groups: None if groups is None else groups.swapaxes(-2, -1).reshape(*lead, blocks * rows, -1)
-    return Int8Weight(values=values, scales=by_row(weight.scales), mins=by_row(weight.mins), bits=weight.bits,
-                      integer_dots=weight.dots)
+    scales, mins = by_row(weight.scales), by_row(weight.mins)
+    scale_factors, min_factors = by_row(weight.scale_factors), by_row(weight.min_factors)
+    if scale_factors is not None:
+        scales = unfactored(scales, scale_factors)
+        mins = None if mins is None else unfactored(mins, min_factors)
+    return Int8Weight(values=values, scales=scales, mins=mins, bits=weight.bits, integer_dots=weight.dots,
+                      scale_factors=scale_factors, min_factors=min_factors)
 
 
 def unpacked_tree(weights):
@@ -221,7 +237,8 @@ def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
 def at_layer(weight: PackedWeight, layer) -> NativeWeight:
     """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one)."""
     return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32),
-                        mins=weight.mins, bits=weight.bits, dots=weight.dots)
+                        mins=weight.mins, bits=weight.bits, dots=weight.dots, scale_factors=weight.scale_factors,
+                        min_factors=weight.min_factors)
 
 
 def registered() -> None:
@@ -246,9 +263,11 @@ def linear(x, weight: NativeWeight):
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
     kind = "dot" if weight.dots else "linear"  # a GGUF file's blocks over int8 inputs (dot.cc), or bfloat16 ones
     target = f"flint_{kind}_{'int8' if weight.bits == 8 else ('s' if weight.mins is None else 'u') + str(weight.bits)}"
-    if weight.mins is None:
-        return jax.ffi.ffi_call(target, out)(x, weight.values, weight.scales, weight.layer)
-    return jax.ffi.ffi_call(f"{target}_mins", out)(x, weight.values, weight.scales, weight.mins, weight.layer)
+    scales = (weight.scales,) if weight.scale_factors is None else (weight.scales, weight.scale_factors)
+    mins = () if weight.mins is None else (weight.mins,) if weight.min_factors is None else (weight.mins,
+                                                                                          weight.min_factors)
+    suffix = ("_mins" if mins else "") + ("_factored" if weight.scale_factors is not None else "")
+    return jax.ffi.ffi_call(target + suffix, out)(x, weight.values, *scales, *mins, weight.layer)
 
 
 # The (keys, values) cache array dtypes the attention kernel reads (attention.cc

@@ -50,15 +50,69 @@ inline ffi::Error groups_of(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* 
   return ffi::Error::Success();
 }
 
-// `run(Scale{})` with the type a grouped weight's scales (and offsets) are kept in: float,
-// or Half (a GGUF format's own fp16: weights.py Int8Weight); an error for any other.
+// A grouped weight's scales (or offsets) as the products read them, [n / kLanes, groups,
+// kLanes] from a layer's first: float32 or fp16 (a GGUF format's own: weights.py Int8Weight)
+// each, or int8 integers of a float32 factor per super-block of `per_super` groups (a
+// K-quant's d: weights.py `scale_factors`), whose product is the same float32 scale exactly.
+template <typename Scale>
+struct PlainScales {
+  const Scale* at;
+  int64_t groups;
+  fvec get(int64_t rows, int64_t g) const { return load(at + (rows * groups + g) * kLanes); }
+};
+
+struct FactoredScales {
+  const int8_t* at;
+  const float* factors;  // [n / kLanes, groups / per_super, kLanes]
+  int64_t groups, per_super;
+  fvec get(int64_t rows, int64_t g) const {
+    return widen(at + (rows * groups + g) * kLanes) *
+           load(factors + (rows * (groups / per_super) + g / per_super) * kLanes);
+  }
+};
+
+// A grouped weight's scales and offsets (`mins`, or null) with their factors (null where
+// they have none), of the stack's layer `index`, of n rows in `groups` groups a row.
+struct ScaleBuffers {
+  const ffi::AnyBuffer& scales;
+  const ffi::AnyBuffer* mins;
+  const ffi::AnyBuffer* factors;
+  const ffi::AnyBuffer* min_factors;
+};
+
+template <typename Scale>
+PlainScales<Scale> plain(const ffi::AnyBuffer* buffer, int64_t first, int64_t groups) {
+  return {buffer == nullptr ? nullptr : static_cast<const Scale*>(buffer->untyped_data()) + first, groups};
+}
+
+inline FactoredScales factored(const ffi::AnyBuffer* buffer, const ffi::AnyBuffer* factors, int64_t index, int64_t n,
+                               int64_t groups, int64_t supers) {
+  if (buffer == nullptr) return {nullptr, nullptr, groups, groups / supers};
+  return {static_cast<const int8_t*>(buffer->untyped_data()) + index * n * groups,
+          static_cast<const float*>(factors->untyped_data()) + index * n * supers, groups, groups / supers};
+}
+
+// `run(scales, mins)` with readers of the weight's scales and offsets (above): float32, fp16,
+// or int8 of float32 factors; an error naming what does not fit.
 template <typename Run>
-ffi::Error by_scale_type(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* mins, Run run) {
-  if (mins != nullptr && mins->element_type() != scales.element_type())
+ffi::Error with_scales(const ScaleBuffers& b, int64_t index, int64_t n, int64_t groups, Run run) {
+  if (b.mins != nullptr && b.mins->element_type() != b.scales.element_type())
     return ffi::Error::InvalidArgument("flint_linear: the offsets and the scales differ in type");
-  switch (scales.element_type()) {
-    case ffi::DataType::F32: return run(float{});
-    case ffi::DataType::F16: return run(Half{});
+  if (b.factors != nullptr) {
+    const auto dims = b.factors->dimensions();
+    const int64_t supers = dims[dims.size() - 2];
+    const bool fits = b.scales.element_type() == ffi::DataType::S8 && b.factors->element_type() == ffi::DataType::F32 &&
+                      supers > 0 && groups % supers == 0 &&
+                      (b.mins == nullptr || (b.min_factors != nullptr &&
+                                             b.min_factors->element_count() == b.factors->element_count()));
+    if (!fits) return ffi::Error::InvalidArgument("flint_linear: factored scales of another form");
+    return run(factored(&b.scales, b.factors, index, n, groups, supers),
+               factored(b.mins, b.min_factors, index, n, groups, supers));
+  }
+  const int64_t first = index * n * groups;
+  switch (b.scales.element_type()) {
+    case ffi::DataType::F32: return run(plain<float>(&b.scales, first, groups), plain<float>(b.mins, first, groups));
+    case ffi::DataType::F16: return run(plain<Half>(&b.scales, first, groups), plain<Half>(b.mins, first, groups));
     default: return ffi::Error::InvalidArgument("flint_linear: scales neither float32 nor float16");
   }
 }
@@ -76,6 +130,10 @@ ffi::Error by_scale_type(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* min
                                     .Arg<ffi::AnyBuffer>() __VA_ARGS__   \
                                     .Arg<ffi::Buffer<ffi::S32>>()        \
                                     .Ret<ffi::Buffer<ffi::F32>>());
+
+// A factored weight's further arguments after its scales: their factors, the offsets and
+// theirs.
+#define FLINT_FACTORED_MINS .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()
 
 // The layer of a stack (a leading dimension past the packed three) read in place at
 // `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blocks.h"
+#include "shapes.h"
 
 namespace flint {
 
@@ -50,18 +51,18 @@ struct SixBitValues {
 // and GGUF's blocks (engine/loader/gguf_blocks.py): Q8_0, Q4_0, Q6_K without offsets; Q4_1,
 // Q4_K, Q5_K with them. A group's offset adds min x (the sum of the group's inputs) to each
 // row: one multiply-add after the scaled sum, in the same place for every tile.
-template <typename Values, bool kMins, typename Scale = float>
+template <typename Values, bool kMins, typename Scales>
 struct GroupedRows {
   Values values;
-  const Scale* scales;  // [n / kLanes, k / group, kLanes]: float, or Half (simd.h)
-  const Scale* mins;    // [n / kLanes, k / group, kLanes], where kMins
+  Scales scales;  // shapes.h: PlainScales (float32 or fp16) or FactoredScales
+  Scales mins;    // where kMins
   int64_t k, group;
   static constexpr bool kScaled = true;
   static constexpr bool kHasMins = kMins;
 
   WeightBlock block(int64_t rows, int64_t step) const { return values.block(rows * (k / kStep) + step); }
-  fvec scale(int64_t rows, int64_t g) const { return load(scales + (rows * (k / group) + g) * kLanes); }
-  fvec min(int64_t rows, int64_t g) const { return load(mins + (rows * (k / group) + g) * kLanes); }
+  fvec scale(int64_t rows, int64_t g) const { return scales.get(rows, g); }
+  fvec min(int64_t rows, int64_t g) const { return mins.get(rows, g); }
 };
 
 struct Bf16Rows {
