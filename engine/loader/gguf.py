@@ -23,12 +23,11 @@ import jax
 import numpy as np
 
 from engine.config import LINEAR, ModelConfig, RopeScaling
-from engine.device.weights import Int8Weight
 from engine.models import family_for_gguf, family_of
 from engine.models.family import TensorNames
 from engine.models.params import param_specs
-from engine.loader.gguf_blocks import HEAD_BLOCKS, KEPT_LAYER_WEIGHTS, LAYER_BLOCKS, WeightFormats, as_head, \
-    blocks_of, kept_or_reason
+from engine.loader.gguf_blocks import HEAD_BLOCKS, KEPT_LAYER_WEIGHTS, LAYER_BLOCKS, WeightFormats, blocks_of, \
+    kept_or_reason
 from engine.loader.progress import WEIGHTS, Progress, StageCount
 
 HEADS = ("embed", "lm_head")
@@ -174,13 +173,8 @@ def load_gguf_params(reader: gguf.GGUFReader, config: ModelConfig, progress: Pro
         return array
 
     keep = formats is not None
-    def read_top(name: str):
-        if not (keep and name in HEADS):
-            return read(names.top[name])
-        array = read(names.top[name], blocks=HEAD_BLOCKS)
-        return as_head(array) if isinstance(array, Int8Weight) else array
-
-    params = {name: read_top(name) for name in specs if name != "layers"}
+    params = {name: read(names.top[name], blocks=HEAD_BLOCKS if keep and name in HEADS else None)
+              for name in specs if name != "layers"}
     params["layers"] = {name: _stack(read, config, names, name, permuted, LAYER_BLOCKS if keep else None)
                         for name in specs["layers"]}
     if names.top.get("rope_freq_factors") in tensors:

@@ -23,7 +23,6 @@ says why, and `WeightFormats` keeps it for the log and /health.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -135,8 +134,8 @@ KEPT = {
 
 
 LAYER_BLOCKS = tuple(KEPT)
-# The embedding and head: kept where their values are int8 without offsets (Q8_0, Q6_K),
-# the form an embedding's rows are read from (engine/device/native/ops.py `packed_rows`).
+# The embedding and head: kept where their values have no offsets (Q8_0, Q6_K), the forms
+# an embedding's rows are read from (engine/device/native/ops.py `packed_rows`).
 HEAD_BLOCKS = (Q.Q8_0, Q.Q6_K)
 KEPT_LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")  # their parts of the served projections
 
@@ -200,8 +199,3 @@ def blocks_of(data: np.ndarray, tensor_type, shape: tuple[int, ...]) -> Int8Weig
                       integer_dots=True, scale_factors=by_row(scale_factors, supers),
                       min_factors=by_row(min_factors, supers))
 
-
-def as_head(weight: Int8Weight) -> Int8Weight:
-    """A kept embedding or head (Q8_0, Q6_K) as int8 values, the form its rows are read
-    from (ops.py `packed_rows`)."""
-    return dataclasses.replace(weight, bits=8, scale_factors=None, min_factors=None)

@@ -225,13 +225,21 @@ def unpacked_tree(weights):
 
 
 def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
-    """Rows `ids` [t] of a packed int8 matrix (an embedding's lookup of an int8 head), as
-    an Int8Weight [t, in]. (A head of 4-bit values or offsets is never packed: llama.py.)"""
-    assert weight.bits == 8 and weight.mins is None, "a packed head is int8 without offsets"
+    """Rows `ids` [t] of a packed matrix without offsets (an embedding's lookup of a head:
+    int8, or a GGUF Q6_K head's 6-bit values with factored scales), as an Int8Weight [t,
+    in]. (A head of 4-bit values or offsets is never packed: llama.py.)"""
+    assert weight.mins is None, "a packed head has no offsets"
     rows, step = DOT_BLOCK if weight.dots else native.block_shape()
     blocks, lanes = ids // rows, ids % rows
-    values = weight.values.reshape(*weight.values.shape[:-1], rows, step)[blocks, :, lanes]  # [t, steps, step]
-    return Int8Weight(values=values.reshape(ids.shape[0], -1), scales=weight.scales[blocks, :, lanes])
+    if weight.bits == 8:
+        values = weight.values.reshape(*weight.values.shape[:-1], rows, step)[blocks, :, lanes]  # [t, steps, step]
+    else:  # each id's whole block of rows widened, its own lane then taken
+        widened = SMALL_BITS[weight.bits][1](weight.values[blocks], signed=True, steps=2 if weight.dots else 1)
+        values = widened.reshape(*widened.shape[:-1], rows, step)[jnp.arange(ids.shape[0]), :, lanes]
+    scales = weight.scales[blocks, :, lanes]
+    if weight.scale_factors is not None:
+        scales = unfactored(scales, weight.scale_factors[blocks, :, lanes])
+    return Int8Weight(values=values.reshape(ids.shape[0], -1), scales=scales)
 
 
 def at_layer(weight: PackedWeight, layer) -> NativeWeight:
