@@ -13,7 +13,7 @@ from dataclasses import dataclass
 # Of the layers' weights (engine/device/weights.py, fp8.py); gguf: a GGUF file's own blocks
 # (engine/loader/gguf_blocks.py), its other tensors as int8.
 QUANTIZATIONS = ("none", "int8", "fp8", "gguf")
-INTEGER_QUANTIZATIONS = ("int8", "gguf")  # served as Int8Weights (engine/device/weights.py)
+INTEGER_QUANTIZATIONS = ("int8", "gguf")  # served as Int8Weights (engine/device/integer_weight.py)
 AUTO = "auto"  # chosen for the backend: quantization and dtype (engine/device/weights.py), attention
 ATTENTIONS = (AUTO, "reference", "mosaic_gpu", "ragged_tpu", "native_cpu")  # engine/device/attention's implementations
 CPU_KERNELS = (AUTO, "native", "jnp")  # engine/device/native: the native CPU kernels, or the jnp path

@@ -30,7 +30,7 @@ import numpy as np
 from engine.config import EngineConfig, ModelConfig
 from engine.device import lora_native
 from engine.device.native import ops as native_ops
-from engine.device.weights import Int8Weight
+from engine.device.integer_weight import Int8Weight
 from engine.loader.lora import LoraAdapter, projection_shapes
 
 # A fused served projection (engine/device/weights.py FUSED) -> its PEFT modules, in the

@@ -16,7 +16,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from engine.config import EngineConfig, ModelConfig
 from engine.device.fp8 import Fp8Weight
-from engine.device.weights import Int8Weight, is_served_weight, served_axes
+from engine.device.integer_weight import Int8Weight
+from engine.device.weights import is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
 TENSOR_AXIS = "tp"

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 import jax
 
 from engine.device.native.ops import PackedWeight
-from engine.device.weights import Int8Weight, is_lora_slots, quantize_into, serving_weights
+from engine.device.integer_weight import Int8Weight, quantize_into
+from engine.device.weights import is_lora_slots, serving_weights
 from engine.loader.named_weights import NAMED, checked_update, tree_of
 
 

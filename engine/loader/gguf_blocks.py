@@ -1,5 +1,5 @@
 """GGUF's quantized blocks kept as they are: each tensor of a kept type read into an
-Int8Weight (engine/device/weights.py) of its own integers, scales and offsets, exactly.
+Int8Weight (engine/device/integer_weight.py) of its own integers, scales and offsets, exactly.
 
 Every kept format is, per group of 16 or 32 inputs of a row, weight = scale x q (+ min):
 - Q8_0: 32 int8 q under an fp16 scale d. (The fp16 scales and offsets of Q8_0, Q4_0 and
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import gguf
 import numpy as np
 
-from engine.device.weights import Int8Weight
+from engine.device.integer_weight import Int8Weight
 
 log = logging.getLogger("flint")
 

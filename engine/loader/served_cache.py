@@ -34,12 +34,15 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from engine.config import EngineConfig
+from engine.device import integer_weight as integer_form
 from engine.device import weights as served_form
 from engine.device import fp8 as fp8_form
 from engine.device.fp8 import Fp8Weight, default_per_token_activations
 from engine.device import native
+from engine.device.native import ops as packed_form
 from engine.device.native.ops import PackedWeight
-from engine.device.weights import Int8Weight, is_lora_slots, serving_weights
+from engine.device.integer_weight import Int8Weight
+from engine.device.weights import is_lora_slots, serving_weights
 from engine.loader import gguf_blocks
 from engine.loader.checkpoint import Checkpoint
 from engine.loader.gguf_blocks import WeightFormats
@@ -107,8 +110,9 @@ def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
 
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
-    code = hashlib.sha256("".join(inspect.getsource(module) for module in (served_form, fp8_form, gguf_blocks))
-                          .encode()).hexdigest()
+    # The code that makes the entry's weights and their layouts: a change to any makes new entries.
+    forms = (served_form, integer_form, fp8_form, gguf_blocks, packed_form)
+    code = hashlib.sha256("".join(inspect.getsource(module) for module in forms).encode()).hexdigest()
     blocks = [native.block_shape(), native.integer_dots()]  # how `keep_packed` packs, here
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code, blocks]).encode())
     return Path(directory).expanduser() / f"{source.id}-{key.hexdigest()[:KEY_LENGTH]}.safetensors"
@@ -242,7 +246,7 @@ def _unflatten(flat: dict) -> dict:
     return _rebuild_quantized(tree)
 
 
-INTEGER_BITS = (8, 6, 4)  # an Int8Weight's and a PackedWeight's forms (engine/device/weights.py)
+INTEGER_BITS = (8, 6, 4)  # an Int8Weight's and a PackedWeight's forms (engine/device/integer_weight.py)
 
 
 def integer_values_key(bits: int, dots: bool) -> str:

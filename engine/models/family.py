@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.device.weights import alike
+from engine.device.integer_weight import alike
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Family:
 
 def stacked_weights(weights: list):
     """Arrays, or quantized weights (an FP8 checkpoint's, engine/device/fp8.py; a GGUF
-    file's blocks, made one form: engine/device/weights.py `alike`), stacked along a new first
+    file's blocks, made one form: engine/device/integer_weight.py `alike`), stacked along a new first
     axis, leaf by leaf."""
     weights = alike(weights)
     kinds = {type(weight) for weight in weights}

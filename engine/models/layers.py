@@ -27,7 +27,7 @@ from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig
 from engine.device.lora import RowAdapters, is_lora_weight
 from engine.device.native import ops as native_ops
 from engine.device import fp8
-from engine.device.weights import Int8Weight, dequantize
+from engine.device.integer_weight import Int8Weight, dequantize
 
 
 def linear(x, weight):

@@ -28,7 +28,8 @@ from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
 from engine.device.native import ops as native_ops
-from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
+from engine.device.integer_weight import Int8Weight, dequantize
+from engine.device.weights import HEAD_GROUP_SIZE, quantize_int8
 from engine.models.decoder import Decoder
 from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (

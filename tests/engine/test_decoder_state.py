@@ -12,7 +12,7 @@ import numpy as np
 from test_layer_loop import TINY, runner_with
 
 from engine.config import SCAN, UNROLLED
-from engine.device.weights import Int8Weight
+from engine.device.integer_weight import Int8Weight
 from engine.models.layers import layer_key
 
 

@@ -30,7 +30,8 @@ from engine.engine import Engine
 from engine.device import native
 from engine.device.native import ops
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import Int8Weight, alike, dequantize, factored, resolve_quantization, unfactored
+from engine.device.integer_weight import Int8Weight, alike, dequantize, factored, unfactored
+from engine.device.weights import resolve_quantization
 from engine.loader import served_cache
 from engine.loader.checkpoint import load_checkpoint
 from engine.loader.gguf_blocks import KEPT, blocks_of

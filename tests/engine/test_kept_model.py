@@ -18,7 +18,7 @@ import engine.loader.source as source_module
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.sharding import make_mesh
-from engine.device.weights import Int8Weight
+from engine.device.integer_weight import Int8Weight
 from engine.loader.serving import load_for_serving, served_config
 from engine.loader import kept, served_cache
 from engine.loader.mapped import mapped_tensors

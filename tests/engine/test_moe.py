@@ -27,7 +27,7 @@ from test_loaders import flat
 from engine.config import EngineConfig
 from engine.device.native import ops as native_ops
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import Int8Weight
+from engine.device.integer_weight import Int8Weight
 from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.checkpoint import Checkpoint, load_checkpoint

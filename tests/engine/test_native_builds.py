@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from engine.device.native import ops
-from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
+from engine.device.integer_weight import Int8Weight, dequantize
+from engine.device.weights import HEAD_GROUP_SIZE, quantize_int8
 
 assert native.available() and not native.products_in_pairs(), "the build runs products in pairs"
 print("blocks:", native.block_shape())
@@ -57,7 +58,7 @@ for qtype in ("Q4_0", "Q4_K", "Q5_K", "Q6_K"):
     kind = getattr(gguf.GGMLQuantizationType, qtype)
     weights[qtype] = blocks_of(kept_weight(kind, (48, 768), seed=1)[0], kind, (48, 768))
 # A Q4_K_M stack's layer of Q6_K, 6-bit from 0 beside Q4_K (weights.py `alike`).
-from engine.device.weights import alike
+from engine.device.integer_weight import alike
 weights["Q6_K among Q4_K"] = jax.tree.map(lambda *parts: np.stack(parts), *alike([weights["Q6_K"], weights["Q4_K"]]))
 print("integer dots:", native.integer_dots())
 rows = rng.standard_normal((3, 768)).astype(np.float32)

@@ -33,7 +33,8 @@ from engine.device.attention.native_cpu import native_cpu_attention
 from engine.device.attention.reference import paged_attention
 from engine.device.kv_cache import readable, storage_dtype, stored
 from engine.device.native import ops
-from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, group_size, quantize_int8
+from engine.device.integer_weight import Int8Weight, dequantize
+from engine.device.weights import HEAD_GROUP_SIZE, group_size, quantize_int8
 from engine.models import layers, llama
 from engine.models.params import random_params
 

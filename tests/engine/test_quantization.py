@@ -22,7 +22,8 @@ from engine.config import EngineConfig, ModelConfig
 from engine.device.kv_cache import KVCache, readable, storage_dtype
 from engine.device import weights as served_form
 from engine.device.runner import ModelRunner, RowPlan
-from engine.device.weights import HEAD_GROUP_SIZE, Int8Weight, dequantize, quantize_int8
+from engine.device.integer_weight import Int8Weight, dequantize
+from engine.device.weights import HEAD_GROUP_SIZE, quantize_int8
 from engine.models.params import random_params
 
 TINY = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2,

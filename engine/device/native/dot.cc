@@ -255,24 +255,6 @@ struct DotBytes {};
 struct DotNibbles {};
 struct DotSixBits {};
 
-// Blocks [first, end) of `w` read once into `buffer` as the products take them (the same
-// bytes, so the same sums): for a call of more tokens than a tile carries.
-template <typename Values, int kBias, bool kMins, typename Scales>
-DotRows<DotUnpacked, kBias, kMins, Scales> unpacked(const DotRows<Values, kBias, kMins, Scales>& w, int64_t first,
-                                                     int64_t end, std::vector<uint8_t>& buffer) {
-  const int64_t pairs = w.k / (2 * kDotStep);
-  buffer.resize((end - first) * pairs * 2 * kDotBytes);
-  for (int64_t block = first; block < end; ++block)
-    for (int64_t pair = 0; pair < pairs; ++pair) {
-      __m512i low, high;
-      w.values.pair(block, pair, w.k, low, high);
-      uint8_t* at = buffer.data() + ((block - first) * pairs + pair) * 2 * kDotBytes;
-      _mm512_storeu_si512(at, low);
-      _mm512_storeu_si512(at + kDotBytes, high);
-    }
-  return {DotUnpacked{buffer.data(), first}, w.scales, w.mins, w.k, w.group};
-}
-
 template <typename Values, int kBias, bool kMins>
 ffi::Error dot_product(ffi::ThreadPool&, const ffi::Buffer<ffi::BF16>&, const ffi::AnyBuffer&, const ScaleBuffers&,
                        const ffi::Buffer<ffi::S32>&, float*) {

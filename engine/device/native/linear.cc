@@ -157,7 +157,7 @@ ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& 
 
 // The grouped products' handlers: int8 values, 4-bit less 8 (GGUF's Q4_0) or 6-bit less 32
 // (Q6_K), without offsets; int8, 4-bit or 6-bit from 0 (Q4_1, Q4_K, Q5_K, and a stack of
-// Q4_K and Q6_K layers: weights.py `alike`) with them; and a K-quant's, its scales (and
+// Q4_K and Q6_K layers: integer_weight.py `alike`) with them; and a K-quant's, its scales (and
 // offsets) int8 under their factors.
 template <typename Values>
 ffi::Error Grouped(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::AnyBuffer values, ffi::AnyBuffer scales,

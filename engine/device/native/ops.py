@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.device import native
-from engine.device.weights import Int8Weight, factored, unfactored
+from engine.device.integer_weight import Int8Weight, factored, unfactored
 
 
 @jax.tree_util.register_dataclass

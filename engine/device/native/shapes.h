@@ -51,9 +51,9 @@ inline ffi::Error groups_of(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* 
 }
 
 // A grouped weight's scales (or offsets) as the products read them, [n / kLanes, groups,
-// kLanes] from a layer's first: float32 or fp16 (a GGUF format's own: weights.py Int8Weight)
+// kLanes] from a layer's first: float32 or fp16 (a GGUF format's own: integer_weight.py Int8Weight)
 // each, or int8 integers of a float32 factor per super-block of `per_super` groups (a
-// K-quant's d: weights.py `scale_factors`), whose product is the same float32 scale exactly.
+// K-quant's d: integer_weight.py `scale_factors`), whose product is the same float32 scale exactly.
 template <typename Scale>
 struct PlainScales {
   const Scale* at;

@@ -82,7 +82,7 @@ inline fvec widen(const int8_t* p) {
 #endif
 }
 
-// An fp16's bits: a GGUF format's own scale or offset, kept as it is (weights.py Int8Weight).
+// An fp16's bits: a GGUF format's own scale or offset, kept as it is (integer_weight.py Int8Weight).
 struct Half {
   uint16_t bits;
 };

@@ -1,7 +1,7 @@
 // The weights a native product reads (linear.cc): y [tokens, n] = x [tokens, k] times a
 // weight [n, k] packed in blocks of kLanes rows (blocks.h; ops.py `packed`): int8 or 4-bit
 // integers with a float32 or fp16 scale (and maybe an offset) per group of `group` inputs of each
-// row (engine/device/weights.py Int8Weight), or bfloat16; and a chunk of either's blocks widened once into a buffer, for
+// row (engine/device/integer_weight.py Int8Weight), or bfloat16; and a chunk of either's blocks widened once into a buffer, for
 // products of many tokens. Each gives a block's steps of weights and its rows' scales.
 
 #pragma once
