@@ -33,7 +33,7 @@ kernels = Extension(
     "engine.device.native._cpu_kernels",
     sources=[str(NATIVE / name) for name in ("linear.cc", "dot.cc", "attention.cc", "zeros.cc", "module.cc")],
     depends=[str(NATIVE / name)
-             for name in ("simd.h", "blocks.h", "weight_rows.h", "shapes.h", "two_digits.h", "softmax.h")],
+             for name in ("simd.h", "blocks.h", "weight_rows.h", "shapes.h", "two_digits.h", "dot_values.h", "softmax.h")],
     language="c++",
     extra_compile_args=["-O3", f"-march={march}", "-ffp-contract=off", "-std=c++17", "-fvisibility=hidden", "-Wno-attributes",
                         "-Wno-return-type"],

@@ -134,7 +134,7 @@ def nibbles(values, signed: bool, steps: int = 1):
     """4-bit values [..., steps, block] (int8: -8..7 where `signed`, else 0..15) two a byte,
     [..., steps, block / 2], as the kernels read them: in a unit of `steps` steps, byte b
     holds value b in its low half and value b + unit / 2 in its high half (blocks.h
-    `block_of_nibbles`: one step; dot.cc `DotNibbles`: two)."""
+    `block_of_nibbles`: one step; dot_values.h `DotNibbles`: two)."""
     xp = np if isinstance(values, np.ndarray) else jnp
     *lead, count, block = values.shape
     unit = values.reshape(*lead, count // steps, steps * block)
@@ -148,7 +148,7 @@ def six_bits(values, signed: bool, steps: int = 1):
     a byte each, [..., steps, 3 block / 4], as the kernels read them: in a unit of `steps`
     steps, their low halves as `nibbles` packs them, then their top two bits four a byte,
     byte i holding those of values i, i + u, i + 2u, i + 3u (u: a quarter of the unit) at
-    bits 0, 2, 4, 6 (blocks.h `block_of_six`, dot.cc `DotSixBits`)."""
+    bits 0, 2, 4, 6 (blocks.h `block_of_six`, dot_values.h `DotSixBits`)."""
     xp = np if isinstance(values, np.ndarray) else jnp
     *lead, count, block = values.shape
     unit = values.reshape(*lead, count // steps, steps * block)
