@@ -40,6 +40,7 @@ from engine.device import fp8 as fp8_form
 from engine.device.fp8 import Fp8Weight, default_per_token_activations
 from engine.device import native
 from engine.device.native import ops as packed_form
+from engine.device.native import small_values
 from engine.device.native.ops import PackedWeight
 from engine.device.integer_weight import Int8Weight
 from engine.device.weights import is_lora_slots, serving_weights
@@ -111,7 +112,7 @@ def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
     # The code that makes the entry's weights and their layouts: a change to any makes new entries.
-    forms = (served_form, integer_form, fp8_form, gguf_blocks, packed_form)
+    forms = (served_form, integer_form, fp8_form, gguf_blocks, packed_form, small_values)
     code = hashlib.sha256("".join(inspect.getsource(module) for module in forms).encode()).hexdigest()
     blocks = [native.block_shape(), native.integer_dots()]  # how `keep_packed` packs, here
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code, blocks]).encode())

@@ -55,7 +55,7 @@ inline WeightBlock block_of(const int8_t* p) {
 }
 
 // 32 4-bit weights, two a byte (byte b: weight b in its low half, weight b + 16 in its
-// high half: ops.py `nibbles`), less kBias, as bfloat16, exactly.
+// high half: small_values.py `nibbles`), less kBias, as bfloat16, exactly.
 template <int kBias>
 inline WeightBlock block_of_nibbles(const uint8_t* p) {
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -66,8 +66,8 @@ inline WeightBlock block_of_nibbles(const uint8_t* p) {
 }
 
 // 32 6-bit weights: their low halves as `block_of_nibbles` reads them, then 8 bytes of
-// their top two bits (byte i: weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6: ops.py
-// `six_bits`), less kBias, as bfloat16, exactly.
+// their top two bits (byte i: weights i, i + 8, i + 16, i + 24 at bits 0, 2, 4, 6:
+// small_values.py `six_bits`), less kBias, as bfloat16, exactly.
 template <int kBias>
 inline WeightBlock block_of_six(const uint8_t* p) {
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -104,7 +104,7 @@ inline WeightBlock block_of(const uint16_t* p) { return widen(p); }
 inline WeightBlock block_of(const int8_t* p) { return widen(p); }
 
 // kLanes 4-bit values, two a byte (byte b: value b in its low half, value b + kLanes / 2
-// in its high half: ops.py `nibbles`), as integers.
+// in its high half: small_values.py `nibbles`), as integers.
 inline ivec nibble_integers(const uint8_t* p) {
 #if defined(__AVX2__)
   __m128i packed;
@@ -140,7 +140,7 @@ inline WeightBlock block_of_nibbles(const uint8_t* p) {
 }
 
 // Lane l's top two bits of a 6-bit value lie in byte l % (kLanes / 4) of the block's top
-// bytes, at bit 2 (l / (kLanes / 4)) (ops.py `six_bits`): the shift that brings them down.
+// bytes, at bit 2 (l / (kLanes / 4)) (small_values.py `six_bits`): the shift that brings them down.
 #if defined(__AVX512F__)
 constexpr ivec kTopShifts = {0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30};
 #else

@@ -1,7 +1,7 @@
 // The weights a product over integer inputs reads (dot.cc): a pair of steps of 16 rows' values
-// at a time, as two vectors of unsigned bytes for `vpdpbusd`, from each packed layout
-// (ops.py `packed`: `nibbles`, `six_bits`, int8), or from a chunk's blocks read once into a
-// buffer. AVX512-VNNI builds only: dot.cc includes it where it builds the integer dot products.
+// at a time, as two vectors of unsigned bytes for `vpdpbusd`, from each packed layout (ops.py
+// `packed`; small_values.py `nibbles`, `six_bits`; int8), or from a chunk's blocks read once
+// into a buffer. AVX512-VNNI builds only: dot.cc includes it where it builds the integer dot products.
 
 #pragma once
 
@@ -32,7 +32,7 @@ struct DotNibbles {
 
 // 6-bit values: a pair of steps' low halves as `DotNibbles` reads them (64 bytes), then
 // their top two bits four a byte (32 bytes: byte i holds values i, i + 32, i + 64, i + 96
-// of the pair at bits 0, 2, 4, 6: ops.py `six_bits`).
+// of the pair at bits 0, 2, 4, 6: small_values.py `six_bits`).
 struct DotSixBits {
   using Element = uint8_t;
   static constexpr ffi::DataType kType = ffi::DataType::U8;

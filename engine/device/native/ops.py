@@ -18,6 +18,7 @@ import numpy as np
 
 from engine.device import native
 from engine.device.integer_weight import Int8Weight, factored, unfactored
+from engine.device.native.small_values import SMALL_BITS
 
 
 @jax.tree_util.register_dataclass
@@ -130,60 +131,6 @@ def groups_by_block(groups, rows: int):
     return groups.reshape(*lead, out // rows, rows, count).swapaxes(-2, -1)
 
 
-def nibbles(values, signed: bool, steps: int = 1):
-    """4-bit values [..., steps, block] (int8: -8..7 where `signed`, else 0..15) two a byte,
-    [..., steps, block / 2], as the kernels read them: in a unit of `steps` steps, byte b
-    holds value b in its low half and value b + unit / 2 in its high half (blocks.h
-    `block_of_nibbles`: one step; dot_values.h `DotNibbles`: two)."""
-    xp = np if isinstance(values, np.ndarray) else jnp
-    *lead, count, block = values.shape
-    unit = values.reshape(*lead, count // steps, steps * block)
-    unsigned = (unit.astype(xp.int16) + (8 if signed else 0)).astype(xp.uint8)
-    half = unsigned.shape[-1] // 2
-    return (unsigned[..., :half] | (unsigned[..., half:] << 4)).reshape(*lead, count, block // 2)
-
-
-def six_bits(values, signed: bool, steps: int = 1):
-    """6-bit values [..., steps, block] (int8: -32..31 where `signed`, else 0..63) in 3/4 of
-    a byte each, [..., steps, 3 block / 4], as the kernels read them: in a unit of `steps`
-    steps, their low halves as `nibbles` packs them, then their top two bits four a byte,
-    byte i holding those of values i, i + u, i + 2u, i + 3u (u: a quarter of the unit) at
-    bits 0, 2, 4, 6 (blocks.h `block_of_six`, dot_values.h `DotSixBits`)."""
-    xp = np if isinstance(values, np.ndarray) else jnp
-    *lead, count, block = values.shape
-    unit = values.reshape(*lead, count // steps, steps * block)
-    unsigned = (unit.astype(xp.int16) + (32 if signed else 0)).astype(xp.uint8)
-    low = nibbles(unsigned & 15, signed=False, steps=1)  # the unit as one step of `nibbles`
-    tops = (unsigned >> 4).reshape(*unsigned.shape[:-1], 4, -1)
-    top_bytes = tops[..., 0, :] | (tops[..., 1, :] << 2) | (tops[..., 2, :] << 4) | (tops[..., 3, :] << 6)
-    return xp.concatenate([low, top_bytes], axis=-1).reshape(*lead, count, 3 * block // 4)
-
-
-def widened_six_bits(packed, signed: bool, steps: int = 1):
-    """The int8 values `six_bits` packed."""
-    xp = np if isinstance(packed, np.ndarray) else jnp
-    *lead, count, width = packed.shape
-    unit = packed.reshape(*lead, count // steps, steps * width)
-    size = unit.shape[-1] * 4 // 3
-    low = widened_nibbles(unit[..., :size // 2], signed=False)
-    tops = xp.concatenate([(unit[..., size // 2:] >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-1)
-    values = (low | (tops.astype(xp.int8) << 4)).reshape(*lead, count, 4 * width // 3)
-    return values - 32 if signed else values
-
-
-def widened_nibbles(packed, signed: bool, steps: int = 1):
-    """The int8 values `nibbles` packed."""
-    xp = np if isinstance(packed, np.ndarray) else jnp
-    *lead, count, half = packed.shape
-    unit = packed.reshape(*lead, count // steps, steps * half)
-    values = xp.concatenate([unit & 15, unit >> 4], axis=-1).astype(xp.int8).reshape(*lead, count, 2 * half)
-    return values - 8 if signed else values
-
-
-# Values of fewer than 8 bits: bits -> (their packing, its undoing).
-SMALL_BITS = {4: (nibbles, widened_nibbles), 6: (six_bits, widened_six_bits)}
-
-
 def steps_of_rows(values, rows: int, step: int):
     """values [..., out, in] as [..., out / rows, in / step, rows, step]. A NumPy array's
     step of inputs is moved as one wider element (a pair of int8 as a uint16): element by
@@ -270,12 +217,12 @@ def linear(x, weight: NativeWeight):
     if weight.scales is None:
         return jax.ffi.ffi_call("flint_linear_bf16", out)(x, weight.values, weight.layer)
     kind = "dot" if weight.dots else "linear"  # a GGUF file's blocks over int8 inputs (dot.cc), or bfloat16 ones
-    target = f"flint_{kind}_{'int8' if weight.bits == 8 else ('s' if weight.mins is None else 'u') + str(weight.bits)}"
-    scales = (weight.scales,) if weight.scale_factors is None else (weight.scales, weight.scale_factors)
-    mins = () if weight.mins is None else (weight.mins,) if weight.min_factors is None else (weight.mins,
-                                                                                          weight.min_factors)
-    suffix = ("_mins" if mins else "") + ("_factored" if weight.scale_factors is not None else "")
-    return jax.ffi.ffi_call(target + suffix, out)(x, weight.values, *scales, *mins, weight.layer)
+    values = "int8" if weight.bits == 8 else f"{'s' if weight.mins is None else 'u'}{weight.bits}"
+    suffix = ("_mins" if weight.mins is not None else "") + ("_factored" if weight.scale_factors is not None else "")
+    # In the handlers' order (shapes.h FLINT_GROUPED_HANDLER): each part the weight has.
+    parts = [part for part in (weight.scales, weight.scale_factors, weight.mins, weight.min_factors)
+             if part is not None]
+    return jax.ffi.ffi_call(f"flint_{kind}_{values}{suffix}", out)(x, weight.values, *parts, weight.layer)
 
 
 # The (keys, values) cache array dtypes the attention kernel reads (attention.cc

@@ -118,9 +118,9 @@ ffi::Error with_scales(const ScaleBuffers& b, int64_t index, int64_t n, int64_t 
 }
 
 // A grouped product's FFI handler (linear.cc, dot.cc): x (bfloat16), the values and the
-// scales (then, as `...`, the offsets), the layer, and y (float32). Values and scales are
-// bound untyped: ops.py `linear` names the target by the values' kind, and the scales are
-// float32 or fp16.
+// scales (then, as `...`, the scales' factors, the offsets and theirs, where the weight has
+// them), the layer, and y (float32). Values and scales are bound untyped: ops.py `linear`
+// names the target by the values' kind, and the scales are float32, fp16 or factored int8.
 #define FLINT_GROUPED_HANDLER(symbol, function, ...)                     \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, function,                        \
                                 ffi::Ffi::Bind()                         \
