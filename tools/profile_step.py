@@ -79,15 +79,19 @@ def compiled_step(args: argparse.Namespace):
     from engine.device.sharding import replicated
     from engine.device.weights import resolve_quantization
     from engine.loader.checkpoint import load_checkpoint
+    from engine.loader.source import resolve_model
 
-    checkpoint = load_checkpoint(args.model)
+    source = resolve_model(args.model)
+    quantization = resolve_quantization(args.quantization, source.format)
+    # A GGUF's own blocks, as `flint serve` keeps them (engine/loader/serving.py).
+    checkpoint = load_checkpoint(source, blocks=quantization == "gguf")
     context = max(args.context, args.prompt_tokens)
     pages = args.rows * (context // 16 + 1) + 1
     max_model_len = max(2 * context, 256)
     tokens = args.rows * max(args.prompt_tokens, 1)
     config = EngineConfig(max_model_len=max_model_len, max_num_seqs=max(args.rows, 1),
                           max_num_batched_tokens=max(tokens, 64), num_pages=max(pages, 64, max_model_len // 16 + 2),
-                          quantization=resolve_quantization(args.quantization, checkpoint.source.format),
+                          quantization=quantization,
                           kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
     rows = (greedy_rows(args.rows, 0, args.prompt_tokens, config.page_size) if args.prompt_tokens

@@ -231,6 +231,41 @@ def test_a_token_s_attention_is_the_same_bits_whatever_shares_the_step(page_size
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
+@pytest.mark.parametrize("page_size", [8, 16, 128])
+def test_a_prompt_chunk_s_tokens_are_the_same_bits_as_each_alone(page_size, cache_dtype):
+    """The tokens of a prompt chunk share their row's pages, and the kernel widens each page
+    once for a run of them (attention.cc `runs_of`): a token's attention is still the same
+    bits alone, in a run of any length at any place, beside decode rows of other tables."""
+    key_dtype, value_dtype = cache_dtype if isinstance(cache_dtype, tuple) else (cache_dtype, cache_dtype)
+    rng = np.random.default_rng(page_size + 1)
+    num_pages, pages_per_row, num_kv, group, head_dim = 60, 12, 2, 5, 64
+    shape = (1, num_pages, page_size, num_kv, head_dim)
+    k_cache = stored(jnp.asarray(rng.standard_normal(shape), jnp.float32), storage_dtype(key_dtype))
+    v_cache = stored(jnp.asarray(rng.standard_normal(shape), jnp.float32), storage_dtype(value_dtype))
+    chunk, start = 40, 3 * page_size // 2  # a chunk after a cached context ending mid-page
+    table = rng.permutation(np.arange(1, num_pages))[:pages_per_row].astype(np.int32)
+    others = rng.integers(1, num_pages, (3, pages_per_row)).astype(np.int32)
+    tables = np.concatenate([np.tile(table, (chunk, 1)), others])
+    keys = np.concatenate([start + 1 + np.arange(chunk), rng.integers(1, 4 * page_size, 3)]).astype(np.int32)
+    q = rng.standard_normal((chunk + 3, num_kv, group, head_dim)).astype(np.float32)
+
+    def attention(index):
+        return [np.asarray(part) for part in ops.decode_attention(
+            jnp.asarray(q[index]), k_cache, v_cache, 0, jnp.asarray(tables[index]), jnp.asarray(keys[index]))]
+
+    alone = [attention(np.array([token])) for token in range(chunk)]
+    # The whole chunk (runs of 16, 16 and 8), a decode row inside it, and a split chunk.
+    orders = [np.arange(chunk + 3), np.r_[np.arange(7), chunk, np.arange(7, chunk), chunk + 1],
+              np.r_[np.arange(20, chunk), chunk + 2, np.arange(20)]]
+    for index in orders:
+        got = attention(index)
+        for at, token in enumerate(index):
+            if token < chunk:
+                for part, expected in zip(got, alone[token]):
+                    assert (part[at] == expected[0]).all(), f"token {token} at {at}, {cache_dtype}, pages of {page_size}"
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 def test_decode_rows_of_ragged_lengths(cache_dtype):
     check_attention([(0, 1), (5, 1), (16, 1), (31, 1), (100, 1), (300, 1)], cache_dtype=cache_dtype)
 

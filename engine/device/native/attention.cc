@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "simd.h"
 #include "softmax.h"
@@ -39,22 +40,86 @@ struct CacheView {
   }
 };
 
-// One (token, KV head): each of its `group` queries against the first `context` cached keys
-// of `table`, a page at a time (DV vectors of head_dim). (Widening a narrow cache's page once
-// for the whole group, into a buffer, was slower: 32 decode rows of SmolLM2, 3 queries a
-// KV head, took 3 ms more a step.)
+// Tokens of the step that read the same pages: a prompt chunk's tokens share their row's
+// block table. Runs of up to kRunTokens consecutive tokens with equal tables (a decode
+// row is a run of one) share each page's widening; each token's sums are its own, in the
+// same order whatever run it is in.
+constexpr int64_t kRunTokens = 16;
+
+// Keys a fold takes at once (whole pages, at least one): the online softmax's rescaling,
+// sums and maxima come once a block rather than once a page. Blocks start at fixed
+// positions of the sequence (every kFoldKeys / page_size pages), so a token's folds are the
+// same whatever else the step holds.
+constexpr int64_t kFoldKeys = 64;
+
+struct Run {
+  int64_t first, count;
+};
+
+std::vector<Run> runs_of(const int32_t* tables, int64_t tokens, int64_t table_len) {
+  std::vector<Run> runs;
+  for (int64_t token = 0; token < tokens; ++token) {
+    const int32_t* table = tables + token * table_len;
+    const bool joins = !runs.empty() && runs.back().count < kRunTokens &&
+                       std::equal(table, table + table_len, tables + runs.back().first * table_len);
+    if (joins) ++runs.back().count;
+    else runs.push_back({token, 1});
+  }
+  return runs;
+}
+
+// Where one query's inputs and outputs lie: q [group, d] of a (token, KV head), and m, l
+// [group], acc [group, d] from the same index.
+struct QueryRows {
+  const float* q;
+  float *m, *l, *acc;
+  int64_t heads, group, d;
+  int64_t at(int64_t token, int64_t head) const { return (token * heads + head) * group; }
+};
+
+// One KV head of a run of tokens: each page, widened once, folded into the state of every
+// query of every token whose context reaches it; then the states out.
 template <int DV, typename Cache>
-void attend_one(const Cache& cache, const float* q, const int32_t* table, int64_t table_len, int64_t context,
-                int64_t head, int64_t group, float* m, float* l, float* acc) {
-  const int64_t page_size = cache.page_size;
-  const int64_t num_pages = std::min(table_len, (context + page_size - 1) / page_size);
-  attend_group<DV>(cache, q, head, group, m, l, acc, [&](auto&& fold) {
-    for (int64_t j = 0; j < num_pages; ++j) {
+void attend_run(const Cache& cache, const QueryRows& rows, const int32_t* table, int64_t table_len,
+                const int32_t* contexts, const Run& run, int64_t head) {
+  using Key = typename Cache::Key;
+  constexpr int64_t d = DV * kLanes;
+  const int64_t page_size = cache.page_size, group = rows.group;
+  std::vector<SoftmaxState<DV>> states(run.count * group);
+  std::vector<fvec> queries(run.count * group * DV);
+  std::vector<int64_t> lengths(run.count);
+  int64_t longest = 0;
+  for (int64_t t = 0; t < run.count; ++t) {
+    lengths[t] = std::max<int32_t>(contexts[run.first + t], 0);
+    longest = std::max(longest, lengths[t]);
+    for (int64_t g = 0; g < group; ++g)
+      load_query<DV, Key>(rows.q + (rows.at(run.first + t, head) + g) * d, queries.data() + (t * group + g) * DV);
+  }
+  const int64_t pages = std::min(table_len, (longest + page_size - 1) / page_size);
+  const int64_t per_block = std::max<int64_t>(1, kFoldKeys / page_size), block_keys = per_block * page_size;
+  std::vector<float> widened(2 * block_keys * d);
+  std::vector<float> scores(kFoldQueries * (kMaxBlockKeys + kLanes));
+  for (int64_t first = 0; first < pages; first += per_block) {
+    const int64_t last = std::min(pages, first + per_block), start = first * page_size;
+    for (int64_t j = first; j < last; ++j) {
       int64_t page = table[j];
       if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
-      fold(page, std::min(page_size, context - j * page_size));
+      const int64_t at = (j - first) * page_size * d;
+      widen_page<DV>(cache, page, std::min(page_size, longest - j * page_size), head,
+                     WidenedPage{widened.data() + at, widened.data() + block_keys * d + at});
     }
-  });
+    const WidenedPage block{widened.data(), widened.data() + block_keys * d};
+    for (int64_t t = 0; t < run.count; ++t) {
+      const int64_t keys = std::min((last - first) * page_size, lengths[t] - start);
+      if (keys <= 0) continue;
+      fold_queries<DV>(block, queries.data() + t * group * DV, group, keys, scores.data(), states.data() + t * group);
+    }
+  }
+  for (int64_t t = 0; t < run.count; ++t)
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t at = rows.at(run.first + t, head) + g;
+      store_state<DV, typename Cache::Value>(states[t * group + g], rows.m + at, rows.l + at, rows.acc + at * d);
+    }
 }
 
 // The kernel over caches of key type K and value type V: float, uint16_t (bfloat16) or
@@ -76,16 +141,15 @@ ffi::Error Attend(ffi::ThreadPool& pool, const ffi::Buffer<ffi::F32>& q, const f
   Cache cache{static_cast<const K*>(k_cache.untyped_data()) + layer_index * layer_size,
               static_cast<const V*>(v_cache.untyped_data()) + layer_index * layer_size, cd[1], cd[2], kv_heads, d};
   const int64_t table_len = tables.dimensions()[1];
-  const float* queries = q.typed_data();
   const int32_t* table_data = tables.typed_data();
   const int32_t* contexts = context_lens.typed_data();
+  const QueryRows rows{q.typed_data(), m_out, l_out, acc_out, kv_heads, group, d};
+  const std::vector<Run> runs = runs_of(table_data, tokens, table_len);
   const bool served = with_head_dim(d, [&](auto vectors) {
-    parallel_for(pool, tokens * kv_heads, [&](int64_t task) {
-      const int64_t token = task / kv_heads, head = task % kv_heads;
-      const int64_t context = std::max<int32_t>(contexts[token], 0);
-      const int64_t at = task * group;
-      attend_one<decltype(vectors)::value>(cache, queries + at * d, table_data + token * table_len, table_len,
-                                           context, head, group, m_out + at, l_out + at, acc_out + at * d);
+    parallel_for(pool, int64_t(runs.size()) * kv_heads, [&](int64_t task) {
+      const Run& run = runs[task / kv_heads];
+      attend_run<decltype(vectors)::value>(cache, rows, table_data + run.first * table_len, table_len, contexts, run,
+                                           task % kv_heads);
     });
   });
   if (!served) return ffi::Error::InvalidArgument("flint_decode_attention: head_dim not served");

@@ -27,16 +27,6 @@
 
 namespace flint {
 
-inline fvec fused_multiply_add(fvec a, fvec b, fvec c) {
-#if defined(__AVX512F__)
-  return (fvec)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#elif defined(__FMA__)
-  return (fvec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-  return a * b + c;  // built with -ffp-contract=off: the same two roundings everywhere
-#endif
-}
-
 #if defined(__AVX512BF16__)
 #define FLINT_PRODUCTS_IN_PAIRS 1
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include <immintrin.h>
 
@@ -58,6 +59,66 @@ inline float sum(fvec v) {
   for (int i = 0; i < kLanes; ++i) total += v[i];
   return total;
 #endif
+}
+
+inline fvec fused_multiply_add(fvec a, fvec b, fvec c) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+  return (fvec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+  return a * b + c;  // built with -ffp-contract=off: the same two roundings everywhere
+#endif
+}
+
+inline float max_of(fvec v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_max_ps((__m512)v);
+#else
+  float most = v[0];
+  for (int i = 1; i < kLanes; ++i) most = std::max(most, v[i]);
+  return most;
+#endif
+}
+
+// 0, 1, ..., kLanes - 1.
+inline ivec lane_index() {
+  ivec lanes;
+  for (int i = 0; i < kLanes; ++i) lanes[i] = i;
+  return lanes;
+}
+
+// Lane i of combine<S>(a, b): a's and b's keys, of S lanes each, as keys of S / 2 lanes,
+// a's first (upper: each key's upper half of lanes, else its lower).
+template <int S, bool kUpper>
+constexpr int combined_lane(int i) {
+  const int half = S / 2, key = i / half, keys_a = kLanes / S;
+  const int first = key < keys_a ? key * S : kLanes + (key - keys_a) * S;
+  return first + i % half + (kUpper ? half : 0);
+}
+
+template <int S, size_t... I>
+inline fvec combine(fvec a, fvec b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, combined_lane<S, false>(I)...) +
+         __builtin_shufflevector(a, b, combined_lane<S, true>(I)...);
+}
+
+// Folds v[0..S) (each kLanes / S keys of S lanes) into v[0..S / 2) until one vector holds
+// a key a lane.
+template <int S>
+inline void fold_halves(fvec* v) {
+  if constexpr (S > 1) {
+    for (int j = 0; j < S / 2; ++j) v[j] = combine<S>(v[2 * j], v[2 * j + 1], std::make_index_sequence<kLanes>{});
+    fold_halves<S / 2>(v);
+  }
+}
+
+// The sums of kLanes vectors, vector s's in lane s: halves added pairwise, log2(kLanes)
+// levels of shuffles and adds for all of them, where one horizontal sum a vector would
+// take as many for each. `v` is overwritten.
+inline fvec lane_sums(fvec* v) {
+  fold_halves<kLanes>(v);
+  return v[0];
 }
 
 // A bfloat16's value: a float32's upper half.

@@ -78,61 +78,130 @@ struct SoftmaxState {
   float normaliser = 0.0f;
 };
 
-// Folds the first `keys` keys of `page` (KV head `head`) into `state` for `query`;
-// `scores` holds a page of scores and whole vectors past it. `Cache` says where a key and
-// a value lie (`k`, `v`, `offset(page, slot, head)`) and their types (`Key`, `Value`).
+constexpr int64_t kMaxBlockKeys = 256;  // the most keys a page may hold (its buffers' size)
+
+// A page of one KV head's keys and values widened to float32 (load_cached's lanes), once
+// for every query that reads it: the queries of a token's group, and of the tokens of a
+// prompt chunk, which share their pages. Widening is exact, so a query's sums are the same
+// bits whichever page buffer it reads.
+struct WidenedPage {
+  float* keys;    // [keys, d]
+  float* values;  // [keys, d]
+};
+
 template <int DV, typename Cache>
-void fold_page(const Cache& cache, const fvec* query, int64_t page, int64_t keys, int64_t head, float* scores,
-               SoftmaxState<DV>& state) {
-  float block_max = -std::numeric_limits<float>::infinity();
+void widen_page(const Cache& cache, int64_t page, int64_t keys, int64_t head, const WidenedPage& out) {
+  constexpr int64_t d = DV * kLanes;
   for (int64_t s = 0; s < keys; ++s) {
     const auto* key = cache.k + cache.offset(page, s, head);
-    fvec partial = query[0] * load_cached(key);
-    for (int i = 1; i < DV; ++i) partial += query[i] * load_cached(key + i * kLanes);
-    scores[s] = sum(partial);
-    block_max = std::max(block_max, scores[s]);
-  }
-  for (int64_t s = keys; s < ((keys + kLanes - 1) / kLanes) * kLanes; ++s)
-    scores[s] = -std::numeric_limits<float>::infinity();  // whole vectors below; exp gives 0
-  const float new_max = std::max(state.running_max, block_max);
-  const float rescale = std::exp(state.running_max - new_max);  // 0 at the first page (-inf)
-  fvec total{};
-  for (int64_t s = 0; s < keys; s += kLanes) {
-    const fvec p = exp_lanes(load(scores + s) - splat(new_max));
-    std::memcpy(scores + s, &p, sizeof p);
-    total += p;
-  }
-  for (int i = 0; i < DV; ++i) state.out[i] *= splat(rescale);
-  for (int64_t s = 0; s < keys; ++s) {
     const auto* value = cache.v + cache.offset(page, s, head);
-    const fvec p = splat(scores[s]);
-    for (int i = 0; i < DV; ++i) state.out[i] += p * load_cached(value + i * kLanes);
+    for (int i = 0; i < DV; ++i) {
+      const fvec k = load_cached(key + i * kLanes), v = load_cached(value + i * kLanes);
+      std::memcpy(out.keys + s * d + i * kLanes, &k, sizeof k);
+      std::memcpy(out.values + s * d + i * kLanes, &v, sizeof v);
+    }
   }
-  state.normaliser = state.normaliser * rescale + sum(total);
-  state.running_max = new_max;
 }
 
-constexpr int64_t kMaxBlockKeys = 256;  // the most keys fold_page takes at once
-
-// Each of `group` queries q [group, DV x kLanes] of one (token, KV head) against the keys
-// `blocks` names: blocks(fold) calls fold(page, keys) for each block of keys in turn. The
-// softmax state goes to m, l [group] and acc [group, DV x kLanes].
-template <int DV, typename Cache, typename Blocks>
-void attend_group(const Cache& cache, const float* q, int64_t head, int64_t group, float* m, float* l, float* acc,
-                  const Blocks& blocks) {
+// kLanes keys' scores (`count` of them, the rest -inf), one a lane, for each of NQ queries:
+// each key read once for all of them, its lanes of products summed across by lane_sums for
+// kLanes keys at a time rather than one horizontal sum a key.
+template <int DV, int NQ>
+void scores_of(const float* keys, const fvec* queries, int64_t count, fvec* scores) {
   constexpr int64_t d = DV * kLanes;
-  alignas(64) float scores[kMaxBlockKeys + kLanes];
-  for (int64_t g = 0; g < group; ++g) {
-    fvec query[DV];
-    for (int i = 0; i < DV; ++i) query[i] = load(q + g * d + i * kLanes) * splat(kWidenedScale<typename Cache::Key>);
-    SoftmaxState<DV> state;
-    blocks([&](int64_t page, int64_t keys) { fold_page(cache, query, page, keys, head, scores, state); });
-    m[g] = state.running_max;
-    l[g] = state.normaliser;
-    for (int i = 0; i < DV; ++i) {
-      const fvec weighted = state.out[i] * splat(kWidenedScale<typename Cache::Value>);
-      std::memcpy(acc + g * d + i * kLanes, &weighted, sizeof weighted);
+  fvec partial[NQ][kLanes];
+  for (int s = 0; s < kLanes; ++s) {
+    fvec key[DV];
+    for (int i = 0; i < DV; ++i) key[i] = s < count ? load(keys + s * d + i * kLanes) : fvec{};
+    for (int q = 0; q < NQ; ++q) {
+      fvec p = queries[q * DV] * key[0];
+      for (int i = 1; i < DV; ++i) p = fused_multiply_add(queries[q * DV + i], key[i], p);
+      partial[q][s] = p;
     }
+  }
+  const ivec valid = lane_index() < ivec{} + int32_t(count);
+  for (int q = 0; q < NQ; ++q) scores[q] = valid ? lane_sums(partial[q]) : splat(-std::numeric_limits<float>::infinity());
+}
+
+// Folds the first `keys` keys of a widened page into the states of NQ queries [NQ, DV] that
+// see the same keys (a token's group); `scores` holds NQ pages of scores, each
+// kMaxBlockKeys + kLanes. A query's sums are the same bits whatever NQ it is folded among:
+// the queries share loads, not sums.
+template <int DV, int NQ>
+void fold_page(const WidenedPage& page, const fvec* queries, int64_t keys, float* scores, SoftmaxState<DV>* states) {
+  constexpr int64_t d = DV * kLanes, stride = kMaxBlockKeys + kLanes;
+  fvec largest[NQ];
+  for (int q = 0; q < NQ; ++q) largest[q] = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t s = 0; s < keys; s += kLanes) {
+    fvec block[NQ];
+    scores_of<DV, NQ>(page.keys + s * d, queries, std::min<int64_t>(kLanes, keys - s), block);
+    for (int q = 0; q < NQ; ++q) {
+      std::memcpy(scores + q * stride + s, &block[q], sizeof block[q]);
+      largest[q] = largest[q] < block[q] ? block[q] : largest[q];
+    }
+  }
+  fvec out[NQ][DV];
+  for (int q = 0; q < NQ; ++q) {
+    SoftmaxState<DV>& state = states[q];
+    const float new_max = std::max(state.running_max, max_of(largest[q]));
+    const float rescale = std::exp(state.running_max - new_max);  // 0 at the first page (-inf)
+    fvec total{};
+    for (int64_t s = 0; s < keys; s += kLanes) {
+      const fvec p = exp_lanes(load(scores + q * stride + s) - splat(new_max));
+      std::memcpy(scores + q * stride + s, &p, sizeof p);
+      total += p;
+    }
+    for (int i = 0; i < DV; ++i) out[q][i] = state.out[i] * splat(rescale);
+    state.normaliser = state.normaliser * rescale + sum(total);
+    state.running_max = new_max;
+  }
+  // Each value read once for the NQ queries: NQ x DV independent sums, not DV.
+  for (int64_t s = 0; s < keys; ++s) {
+    const float* value = page.values + s * d;
+    for (int i = 0; i < DV; ++i) {
+      const fvec v = load(value + i * kLanes);
+      for (int q = 0; q < NQ; ++q) out[q][i] = fused_multiply_add(splat(scores[q * stride + s]), v, out[q][i]);
+    }
+  }
+  for (int q = 0; q < NQ; ++q)
+    for (int i = 0; i < DV; ++i) states[q].out[i] = out[q][i];
+}
+
+// The most queries fold_page takes at once (more, for a group of more, in turns).
+constexpr int kFoldQueries = 4;
+
+// fold_page for `count` queries, in turns of up to kFoldQueries.
+template <int DV>
+void fold_queries(const WidenedPage& page, const fvec* queries, int64_t count, int64_t keys, float* scores,
+                  SoftmaxState<DV>* states) {
+  for (int64_t first = 0; first < count; first += kFoldQueries) {
+    const fvec* q = queries + first * DV;
+    SoftmaxState<DV>* st = states + first;
+    switch (std::min<int64_t>(kFoldQueries, count - first)) {
+      case 1: fold_page<DV, 1>(page, q, keys, scores, st); break;
+      case 2: fold_page<DV, 2>(page, q, keys, scores, st); break;
+      case 3: fold_page<DV, 3>(page, q, keys, scores, st); break;
+      default: fold_page<DV, 4>(page, q, keys, scores, st); break;
+    }
+  }
+}
+
+// A query of head_dim DV x kLanes as the folds take it: scaled by kWidenedScale of the
+// keys' type (a float8 key is read 2^8 small).
+template <int DV, typename Key>
+void load_query(const float* q, fvec* query) {
+  for (int i = 0; i < DV; ++i) query[i] = load(q + i * kLanes) * splat(kWidenedScale<Key>);
+}
+
+// A query's state out: m, l and acc [DV x kLanes], the weighted sum scaled back by
+// kWidenedScale of the values' type.
+template <int DV, typename Value>
+void store_state(const SoftmaxState<DV>& state, float* m, float* l, float* acc) {
+  *m = state.running_max;
+  *l = state.normaliser;
+  for (int i = 0; i < DV; ++i) {
+    const fvec weighted = state.out[i] * splat(kWidenedScale<Value>);
+    std::memcpy(acc + i * kLanes, &weighted, sizeof weighted);
   }
 }
 
