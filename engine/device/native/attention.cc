@@ -2,8 +2,8 @@
 // (engine/device/attention/native_cpu.py).
 //
 // XLA's CPU backend gathers a decode token's cached pages into a copy, then runs
-// broadcast-reduce products over it. This kernel reads each page where it lies, with the
-// online softmax kept per (token, KV head) and the output in registers. The jnp reference
+// broadcast-reduce products over it. This kernel reads each page where it lies, widened
+// once for every query that reads it, with the online softmax kept per query. The jnp reference
 // stays the definition: tests/engine/test_native_cpu.py compares the two.
 
 #include <algorithm>
