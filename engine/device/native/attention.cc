@@ -68,6 +68,10 @@ std::vector<Run> runs_of(const int32_t* tables, int64_t tokens, int64_t table_le
   return runs;
 }
 
+inline void grow(std::vector<float>& scratch, size_t size) {
+  if (scratch.size() < size) scratch.resize(size);
+}
+
 // Where one query's inputs and outputs lie: q [group, d] of a (token, KV head), and m, l
 // [group], acc [group, d] from the same index.
 struct QueryRows {
@@ -97,8 +101,11 @@ void attend_run(const Cache& cache, const QueryRows& rows, const int32_t* table,
   }
   const int64_t pages = std::min(table_len, (longest + page_size - 1) / page_size);
   const int64_t per_block = std::max<int64_t>(1, kFoldKeys / page_size), block_keys = per_block * page_size;
-  std::vector<float> widened(2 * block_keys * d);
-  std::vector<float> scores(kFoldQueries * (kMaxBlockKeys + kLanes));
+  // Scratch of this thread's, grown once and reused: zeroing 37 KiB a task was nearly half
+  // of a short decode row's attention (67 against 37 us for 200 keys, 8 x 4 queries).
+  static thread_local std::vector<float> widened, scores;
+  grow(widened, 2 * block_keys * d);
+  grow(scores, kFoldQueries * (kMaxBlockKeys + kLanes));
   for (int64_t first = 0; first < pages; first += per_block) {
     const int64_t last = std::min(pages, first + per_block), start = first * page_size;
     for (int64_t j = first; j < last; ++j) {
