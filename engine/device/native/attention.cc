@@ -81,6 +81,22 @@ struct QueryRows {
   int64_t at(int64_t token, int64_t head) const { return (token * heads + head) * group; }
 };
 
+// Pages [first, last) of `table` (one KV head, the keys of the first `longest`) widened
+// into `block`, one after another.
+template <int DV, typename Cache>
+void widen_block(const Cache& cache, const int32_t* table, int64_t first, int64_t last, int64_t longest,
+                 int64_t head, const WidenedPage& block) {
+  constexpr int64_t d = DV * kLanes;
+  const int64_t page_size = cache.page_size;
+  for (int64_t j = first; j < last; ++j) {
+    int64_t page = table[j];
+    if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
+    const int64_t at = (j - first) * page_size * d;
+    widen_page<DV>(cache, page, std::min(page_size, longest - j * page_size), head,
+                   WidenedPage{block.keys + at, block.values + at});
+  }
+}
+
 // One KV head of a run of tokens: each page, widened once, folded into the state of every
 // query of every token whose context reaches it; then the states out.
 template <int DV, typename Cache>
@@ -108,14 +124,8 @@ void attend_run(const Cache& cache, const QueryRows& rows, const int32_t* table,
   grow(scores, kFoldQueries * (kMaxBlockKeys + kLanes));
   for (int64_t first = 0; first < pages; first += per_block) {
     const int64_t last = std::min(pages, first + per_block), start = first * page_size;
-    for (int64_t j = first; j < last; ++j) {
-      int64_t page = table[j];
-      if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
-      const int64_t at = (j - first) * page_size * d;
-      widen_page<DV>(cache, page, std::min(page_size, longest - j * page_size), head,
-                     WidenedPage{widened.data() + at, widened.data() + block_keys * d + at});
-    }
     const WidenedPage block{widened.data(), widened.data() + block_keys * d};
+    widen_block<DV>(cache, table, first, last, longest, head, block);
     for (int64_t t = 0; t < run.count; ++t) {
       const int64_t keys = std::min((last - first) * page_size, lengths[t] - start);
       if (keys <= 0) continue;
