@@ -85,7 +85,7 @@ struct QueryRows {
 // into `block`, one after another.
 template <int DV, typename Cache>
 void widen_block(const Cache& cache, const int32_t* table, int64_t first, int64_t last, int64_t longest,
-                 int64_t head, const WidenedPage& block) {
+                 int64_t head, const WidenedKeys& block) {
   constexpr int64_t d = DV * kLanes;
   const int64_t page_size = cache.page_size;
   for (int64_t j = first; j < last; ++j) {
@@ -93,7 +93,7 @@ void widen_block(const Cache& cache, const int32_t* table, int64_t first, int64_
     if (page < 0 || page >= cache.pages) page = 0;  // the null page: never out of bounds
     const int64_t at = (j - first) * page_size * d;
     widen_page<DV>(cache, page, std::min(page_size, longest - j * page_size), head,
-                   WidenedPage{block.keys + at, block.values + at});
+                   WidenedKeys{block.keys + at, block.values + at});
   }
 }
 
@@ -122,9 +122,9 @@ void attend_run(const Cache& cache, const QueryRows& rows, const int32_t* table,
   static thread_local std::vector<float> widened, scores;
   grow(widened, 2 * block_keys * d);
   grow(scores, kFoldQueries * (kMaxBlockKeys + kLanes));
+  const WidenedKeys block{widened.data(), widened.data() + block_keys * d};
   for (int64_t first = 0; first < pages; first += per_block) {
     const int64_t last = std::min(pages, first + per_block), start = first * page_size;
-    const WidenedPage block{widened.data(), widened.data() + block_keys * d};
     widen_block<DV>(cache, table, first, last, longest, head, block);
     for (int64_t t = 0; t < run.count; ++t) {
       const int64_t keys = std::min((last - first) * page_size, lengths[t] - start);

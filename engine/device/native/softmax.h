@@ -1,5 +1,5 @@
 // The native attention's parts (attention.cc): keys and values widened as they are read, a
-// vectorized exp, and the online softmax of one query folded a page of keys at a time.
+// vectorized exp, and the online softmax of a token's queries folded a block of keys at a time.
 
 #pragma once
 
@@ -80,17 +80,17 @@ struct SoftmaxState {
 
 constexpr int64_t kMaxBlockKeys = 256;  // the most keys a page may hold (its buffers' size)
 
-// A page of one KV head's keys and values widened to float32 (load_cached's lanes), once
-// for every query that reads it: the queries of a token's group, and of the tokens of a
+// Keys and values of one KV head (a page, or a block of pages) widened to float32
+// (load_cached's lanes), once for every query that reads them: the queries of a token's group, and of the tokens of a
 // prompt chunk, which share their pages. Widening is exact, so a query's sums are the same
 // bits whichever page buffer it reads.
-struct WidenedPage {
+struct WidenedKeys {
   float* keys;    // [keys, d]
   float* values;  // [keys, d]
 };
 
 template <int DV, typename Cache>
-void widen_page(const Cache& cache, int64_t page, int64_t keys, int64_t head, const WidenedPage& out) {
+void widen_page(const Cache& cache, int64_t page, int64_t keys, int64_t head, const WidenedKeys& out) {
   constexpr int64_t d = DV * kLanes;
   for (int64_t s = 0; s < keys; ++s) {
     const auto* key = cache.k + cache.offset(page, s, head);
@@ -123,21 +123,21 @@ void scores_of(const float* keys, const fvec* queries, int64_t count, fvec* scor
   for (int q = 0; q < NQ; ++q) scores[q] = valid ? lane_sums(partial[q]) : splat(-std::numeric_limits<float>::infinity());
 }
 
-// Folds the first `keys` keys of a widened page into the states of NQ queries [NQ, DV] that
-// see the same keys (a token's group); `scores` holds NQ pages of scores, each
+// Folds the first `keys` keys of a widened block into the states of NQ queries [NQ, DV] that
+// see the same keys (a token's group); `scores` holds NQ blocks of scores, each
 // kMaxBlockKeys + kLanes. A query's sums are the same bits whatever NQ it is folded among:
 // the queries share loads, not sums.
 template <int DV, int NQ>
-void fold_page(const WidenedPage& page, const fvec* queries, int64_t keys, float* scores, SoftmaxState<DV>* states) {
+void fold_block(const WidenedKeys& block, const fvec* queries, int64_t keys, float* scores, SoftmaxState<DV>* states) {
   constexpr int64_t d = DV * kLanes, stride = kMaxBlockKeys + kLanes;
   fvec largest[NQ];
   for (int q = 0; q < NQ; ++q) largest[q] = splat(-std::numeric_limits<float>::infinity());
   for (int64_t s = 0; s < keys; s += kLanes) {
-    fvec block[NQ];
-    scores_of<DV, NQ>(page.keys + s * d, queries, std::min<int64_t>(kLanes, keys - s), block);
+    fvec vector[NQ];  // each query's scores of these kLanes keys
+    scores_of<DV, NQ>(block.keys + s * d, queries, std::min<int64_t>(kLanes, keys - s), vector);
     for (int q = 0; q < NQ; ++q) {
-      std::memcpy(scores + q * stride + s, &block[q], sizeof block[q]);
-      largest[q] = largest[q] < block[q] ? block[q] : largest[q];
+      std::memcpy(scores + q * stride + s, &vector[q], sizeof vector[q]);
+      largest[q] = largest[q] < vector[q] ? vector[q] : largest[q];
     }
   }
   fvec out[NQ][DV];
@@ -157,7 +157,7 @@ void fold_page(const WidenedPage& page, const fvec* queries, int64_t keys, float
   }
   // Each value read once for the NQ queries: NQ x DV independent sums, not DV.
   for (int64_t s = 0; s < keys; ++s) {
-    const float* value = page.values + s * d;
+    const float* value = block.values + s * d;
     for (int i = 0; i < DV; ++i) {
       const fvec v = load(value + i * kLanes);
       for (int q = 0; q < NQ; ++q) out[q][i] = fused_multiply_add(splat(scores[q * stride + s]), v, out[q][i]);
@@ -167,21 +167,21 @@ void fold_page(const WidenedPage& page, const fvec* queries, int64_t keys, float
     for (int i = 0; i < DV; ++i) states[q].out[i] = out[q][i];
 }
 
-// The most queries fold_page takes at once (more, for a group of more, in turns).
+// The most queries fold_block takes at once (more, for a group of more, in turns).
 constexpr int kFoldQueries = 4;
 
-// fold_page for `count` queries, in turns of up to kFoldQueries.
+// fold_block for `count` queries, in turns of up to kFoldQueries.
 template <int DV>
-void fold_queries(const WidenedPage& page, const fvec* queries, int64_t count, int64_t keys, float* scores,
+void fold_queries(const WidenedKeys& block, const fvec* queries, int64_t count, int64_t keys, float* scores,
                   SoftmaxState<DV>* states) {
   for (int64_t first = 0; first < count; first += kFoldQueries) {
     const fvec* q = queries + first * DV;
     SoftmaxState<DV>* st = states + first;
     switch (std::min<int64_t>(kFoldQueries, count - first)) {
-      case 1: fold_page<DV, 1>(page, q, keys, scores, st); break;
-      case 2: fold_page<DV, 2>(page, q, keys, scores, st); break;
-      case 3: fold_page<DV, 3>(page, q, keys, scores, st); break;
-      default: fold_page<DV, 4>(page, q, keys, scores, st); break;
+      case 1: fold_block<DV, 1>(block, q, keys, scores, st); break;
+      case 2: fold_block<DV, 2>(block, q, keys, scores, st); break;
+      case 3: fold_block<DV, 3>(block, q, keys, scores, st); break;
+      default: fold_block<DV, 4>(block, q, keys, scores, st); break;
     }
   }
 }
