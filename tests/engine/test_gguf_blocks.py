@@ -119,9 +119,10 @@ def test_a_product_over_each_type_is_the_float_product_up_to_the_inputs_rounding
 def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype, inputs):
     """Issue [1/5]'s invariance for every new product (4-bit, 4-bit with offsets, int8 with
     and without offsets, groups of 16), both kinds of inputs: a row alone, and among 1 to
-    64 tokens at any place."""
-    data, _ = kept_weight(qtype, (80, 512), seed=3)
-    native_weight = ops.at_layer(ops.packed(blocks_of(data, qtype, (80, 512))), 0)
+    64 tokens at any place. 528 rows: one token's call claims 512 at a time (dot.cc
+    kStreamedRows), two blocks of 16 a tile, so its last claim is a single block."""
+    data, _ = kept_weight(qtype, (528, 512), seed=3)
+    native_weight = ops.at_layer(ops.packed(blocks_of(data, qtype, (528, 512))), 0)
     rows = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
     assert_the_same_bits_among_any_tokens(native_weight, rows, f"{qtype.name}, {inputs}")
 
