@@ -177,13 +177,22 @@ def layer_weights(stacked, index):
     return jax.tree_util.tree_map(lambda weight: weight[index], stacked)
 
 
-def native_layer_weights(stacked: dict, index) -> dict:
+def live_tokens(token_rows):
+    """How many of a step's tokens the native kernels compute: through its last real one
+    (token_rows >= 0; the runner packs them first, engine/device/step_io.py `token_spans`,
+    and a bucket's padding after them)."""
+    through = jnp.arange(1, token_rows.shape[0] + 1, dtype=jnp.int32)
+    return jnp.max(jnp.where(token_rows >= 0, through, 0))
+
+
+def native_layer_weights(stacked: dict, index, live=None) -> dict:
     """Layer `index` (traced, in a scan) of the stacked weights for the native CPU kernels:
     each weight packed for them (`packed_for_native`) as the whole stack and the index, read
-    in place; the rest sliced out (norms, biases)."""
+    in place, over the first `live` tokens (ops.py `at_layer`); the rest sliced out (norms,
+    biases)."""
     def at(name, weight):
         if isinstance(weight, native_ops.PackedWeight):
-            return native_ops.at_layer(weight, index)
+            return native_ops.at_layer(weight, index, live)
         return layer_weights(weight, index)
 
     return {name: at(name, weight) for name, weight in stacked.items()}

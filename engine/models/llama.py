@@ -35,6 +35,7 @@ from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
     LayerLayout,
     linear,
+    live_tokens,
     mlp,
     native_layer_weights,
     packed_for_native,
@@ -113,11 +114,12 @@ class Llama(Decoder):
         step = Step(batch, slots // kv_cache.page_size, slots % kv_cache.page_size, self.rope(), adapters)
         if self.layer_loop == SCAN:
             stacked = self.layout.stacked(self.state["layers"])
+            live = live_tokens(batch.token_rows)
 
             def scanned(carry, weights):
                 x, cache, index = carry
                 if weights is None:  # the native kernels read the stacked weights at the index
-                    weights = native_layer_weights(stacked, index)
+                    weights = native_layer_weights(stacked, index, live)
                 x, cache, routing = self.layer(x, cache, index, weights, step)
                 return (x, cache, index + 1), routing
 

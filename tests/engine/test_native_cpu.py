@@ -123,6 +123,28 @@ def assert_the_same_bits_among_any_tokens(native_weight, rows, label: str) -> No
         assert (got == alone[:len(where)]).all(), f"{label}, {tokens} tokens, {products_path()}"
 
 
+@pytest.mark.parametrize("kind", ["int8", "bfloat16", "Q4_K blocks"])
+def test_a_step_s_padding_rows_are_zeros_and_its_live_rows_the_same_bits(kind):
+    """Past a step's live tokens (a bucket's padding, engine/models/layers.py `live_tokens`)
+    no product is summed: those rows are zeros, and the live rows the whole call's bits."""
+    import gguf
+    from gguf_block_files import random_blocks
+
+    from engine.loader.gguf_blocks import blocks_of
+
+    q4_k = gguf.GGMLQuantizationType.Q4_K
+    matrix = jnp.asarray(random_matrix((80, 512), seed=9))
+    weight = {"int8": lambda: quantize_int8(matrix), "bfloat16": lambda: matrix.astype(jnp.bfloat16),
+              "Q4_K blocks": lambda: blocks_of(random_blocks(q4_k, (80, 512), 9), q4_k, (80, 512))}[kind]()
+    packed = ops.packed(weight)
+    x = jnp.asarray(random_matrix((40, 512), seed=10))
+    whole = np.asarray(ops.linear(x, ops.at_layer(packed, 0)))
+    for live in (0, 1, 5, 39, 40):
+        got = np.asarray(ops.linear(x, ops.at_layer(packed, 0, live)))
+        assert (got[:live] == whole[:live]).all(), f"{kind}: the live rows moved at {live} live"
+        assert not got[live:].any(), f"{kind}: padding rows computed at {live} live"
+
+
 def test_products_run_in_pairs_where_the_cpu_has_them():
     # Built for this machine (setup.py's default), the pairs are there where the CPU has them.
     if os.environ.get("FLINT_NATIVE_MARCH", "native") != "native" or not os.path.exists("/proc/cpuinfo"):

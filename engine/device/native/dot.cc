@@ -157,7 +157,7 @@ template <typename Values, int kBias, bool kMins>
 ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
                        const ScaleBuffers& scales, const ffi::Buffer<ffi::S32>& layer, float* y) {
   if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_dot: values of another type");
-  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t rows = x.dimensions()[0], tokens = live_rows(layer, rows), k = x.dimensions()[1];
   const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kDotStep);
   Groups found;
@@ -167,6 +167,7 @@ ffi::Error dot_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, c
   const int64_t index = layer_index(dims, layer);
   const int64_t layer_bytes = (n / kLanes) * (k / kDotStep) * Values::kBlockBytes;
   const auto* base = static_cast<const uint8_t*>(values.untyped_data()) + index * layer_bytes;
+  zero_padding(y, tokens, rows, n);
   const QuantizedInputs in = quantized(pool, input_bits(x), tokens, k, group);
   return with_scales(scales, index, n, groups, [&](auto kept, auto offsets) {
     using Rows = DotRows<Values, kBias, kMins, decltype(kept)>;

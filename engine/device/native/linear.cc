@@ -138,7 +138,7 @@ template <typename Values, bool kMins>
 ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& x, const ffi::AnyBuffer& values,
                            const ScaleBuffers& scales, const ffi::Buffer<ffi::S32>& layer, float* y) {
   if (values.element_type() != Values::kType) return ffi::Error::InvalidArgument("flint_linear: values of another type");
-  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t rows = x.dimensions()[0], tokens = live_rows(layer, rows), k = x.dimensions()[1];
   const auto dims = values.dimensions();
   const auto [n, k_weight] = unpacked_shape(dims, Values::kBlockBytes, kStep);
   Groups found;
@@ -150,6 +150,7 @@ ffi::Error grouped_product(ffi::ThreadPool& pool, const ffi::Buffer<ffi::BF16>& 
                      index * (n / kLanes) * (k / kStep) * Values::kBlockBytes;
   return with_scales(scales, index, n, groups, [&](auto kept, auto offsets) {
     GroupedRows<Values, kMins, decltype(kept)> w{Values{base}, kept, offsets, k, group};
+    zero_padding(y, tokens, rows, n);
     matmul(pool, w, input_bits(x), tokens, n, y);
     return ffi::Error::Success();
   });
@@ -189,11 +190,12 @@ ffi::Error GroupedFactoredMins(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, f
 ffi::Error LinearBf16(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> x, ffi::Buffer<ffi::BF16> values,
                       ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> y) {
   auto dims = values.dimensions();
-  const int64_t tokens = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t rows = x.dimensions()[0], tokens = live_rows(layer, rows), k = x.dimensions()[1];
   const auto [n, k_weight] = unpacked_shape(dims, kBlockElements, kStep);
   if (auto error = check_shapes(k, n, k_weight, k_weight, kStep); error.failure()) return error;
   const int64_t index = layer_index(dims, layer);
   Bf16Rows w{reinterpret_cast<const uint16_t*>(values.typed_data()) + index * n * k, k, k};
+  zero_padding(y->typed_data(), tokens, rows, n);
   matmul(pool, w, input_bits(x), tokens, n, y->typed_data());
   return ffi::Error::Success();
 }

@@ -59,7 +59,7 @@ class NativeWeight:
 
     values: jax.Array  # int8, uint8 (4- or 6-bit) or bfloat16 [layers, out / rows, in / step, block]
     scales: jax.Array | None  # float32 or float16 [layers, out / rows, groups, rows]; None for bfloat16
-    layer: jax.Array  # int32 []
+    layer: jax.Array  # int32 [], or [2]: the layer and how many of x's rows are live (`at_layer`)
     mins: jax.Array | None = None  # as scales (their dtype), where the weight has offsets
     bits: int = field(default=8, metadata=dict(static=True))
     dots: bool = field(default=False, metadata=dict(static=True))
@@ -189,9 +189,15 @@ def packed_rows(weight: PackedWeight, ids) -> Int8Weight:
     return Int8Weight(values=values.reshape(ids.shape[0], -1), scales=scales)
 
 
-def at_layer(weight: PackedWeight, layer) -> NativeWeight:
-    """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one)."""
-    return NativeWeight(values=weight.values, scales=weight.scales, layer=jnp.asarray(layer, jnp.int32),
+def at_layer(weight: PackedWeight, layer, live=None) -> NativeWeight:
+    """A packed stack's layer `layer` (traced, or 0 for a matrix, a stack of one). Where
+    `live` (traced) is given, only the first `live` rows of each x it multiplies are
+    computed (a step's real tokens: a bucket's padding follows them), the rest given zeros
+    (shapes.h `live_rows`): a prompt of 129 tokens in the 256-token bucket no longer pays
+    for 256."""
+    where = jnp.asarray(layer, jnp.int32) if live is None else jnp.stack([jnp.asarray(layer, jnp.int32),
+                                                                           jnp.asarray(live, jnp.int32)])
+    return NativeWeight(values=weight.values, scales=weight.scales, layer=where,
                         mins=weight.mins, bits=weight.bits, dots=weight.dots, scale_factors=weight.scale_factors,
                         min_factors=weight.min_factors)
 

@@ -3,7 +3,9 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "simd.h"
@@ -139,6 +141,18 @@ ffi::Error with_scales(const ScaleBuffers& b, int64_t index, int64_t n, int64_t 
 // `layer` (a scan over layers would otherwise copy each one out); 0 for a matrix.
 inline int64_t layer_index(ffi::Span<const int64_t> dims, const ffi::Buffer<ffi::S32>& layer) {
   return dims.size() < 4 ? 0 : layer_in_range(layer.typed_data()[0], dims[0]);
+}
+
+// How many of x's `rows` are live: `layer`'s second element where the step gives one (its
+// real tokens, ops.py `at_layer`; a bucket's padding follows them), else all. A padding
+// row's products are never summed: its outputs are zeros (`zero_padding`), and a live
+// row's are the same bits either way (each output is summed in one order at every count).
+inline int64_t live_rows(const ffi::Buffer<ffi::S32>& layer, int64_t rows) {
+  return layer.element_count() < 2 ? rows : std::clamp<int64_t>(layer.typed_data()[1], 0, rows);
+}
+
+inline void zero_padding(float* y, int64_t live, int64_t rows, int64_t n) {
+  std::memset(y + live * n, 0, (rows - live) * n * sizeof(float));
 }
 
 }  // namespace flint
