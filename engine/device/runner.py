@@ -40,7 +40,7 @@ from engine.device.weight_update import WeightRelayout
 from engine.device.weights import resolve_dtype, serving_weights
 from engine.loader.lora import LoraAdapter
 from engine.models import family_of
-from engine.models.layers import layer_key, layer_loop_for
+from engine.models.layers import layer_key, layer_loop_for, live_sequences, live_tokens
 from engine.loader.progress import Progress
 from engine.sampling.inputs import fill_row
 from engine.sampling.logprobs import PromptLogprobs, empty_prompt_logprobs, prompt_logprobs
@@ -119,7 +119,7 @@ class ModelRunner(Residency):
         def round_(index, carry):
             kv_cache, batch, results, prompt = carry
             hidden, kv_cache, routing = model.hidden_states(kv_cache, batch)
-            logits = model.logits(hidden[batch.logits_indices])
+            logits = model.logits(hidden[batch.logits_indices], live_sequences(batch.token_rows))
             with jax.named_scope("sampling"):  # named for profiles (tools/gpu_bench.py)
                 result = with_routing(sample(logits, batch.sampling), routing, batch.logits_indices)
             # Logits of every token only when some row asked for prompt logprobs (never
@@ -128,7 +128,8 @@ class ModelRunner(Residency):
             prompt = jax.lax.cond(
                 jnp.any(wanted),
                 lambda: dataclasses.replace(
-                    prompt_logprobs(model.logits(hidden), jnp.maximum(batch.next_token_ids, 0), num_top),
+                    prompt_logprobs(model.logits(hidden, live_tokens(batch.token_rows)),
+                                    jnp.maximum(batch.next_token_ids, 0), num_top),
                     routing=routing),
                 lambda: prompt)
             results = jax.tree_util.tree_map(lambda stacked, one: stacked.at[index].set(one), results, result)

@@ -79,8 +79,8 @@ class Gemma(Llama):
         local_rope = rope_inv_freq(config.replace(rope_theta=config.rope_local_theta, rope_scaling=None))
         return jnp.where(local, local_rope, step.inv_freq)
 
-    def logits(self, hidden):
-        return soft_cap(super().logits(hidden), self.config.final_logit_softcapping)
+    def logits(self, hidden, live=None):
+        return soft_cap(super().logits(hidden, live), self.config.final_logit_softcapping)
 
 
 def gemma_param_specs(config: ModelConfig) -> dict:

@@ -185,6 +185,12 @@ def live_tokens(token_rows):
     return jnp.max(jnp.where(token_rows >= 0, through, 0))
 
 
+def live_sequences(token_rows):
+    """How many of a step's sequence rows the head computes: through the last row a real
+    token belongs to (rows are packed from the first; the rest are the bucket's padding)."""
+    return jnp.max(token_rows) + 1
+
+
 def native_layer_weights(stacked: dict, index, live=None) -> dict:
     """Layer `index` (traced, in a scan) of the stacked weights for the native CPU kernels:
     each weight packed for them (`packed_for_native`) as the whole stack and the index, read

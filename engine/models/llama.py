@@ -35,6 +35,7 @@ from engine.models.family import Family, ParamSpec, TensorNames
 from engine.models.layers import (
     LayerLayout,
     linear,
+    live_sequences,
     live_tokens,
     mlp,
     native_layer_weights,
@@ -102,7 +103,7 @@ class Llama(Decoder):
     def __call__(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache]:
         """Logits [seqs, vocab] (float32) at batch.logits_indices, and the updated cache."""
         hidden, kv_cache, _ = self.hidden_states(kv_cache, batch)
-        return self.logits(hidden[batch.logits_indices]), kv_cache
+        return self.logits(hidden[batch.logits_indices], live_sequences(batch.token_rows)), kv_cache
 
     def hidden_states(self, kv_cache: AnyKVCache, batch: BatchInputs) -> tuple[jax.Array, AnyKVCache, jax.Array | None]:
         """Final hidden states [tokens, hidden] of every token, writing their K and V to the
@@ -186,10 +187,12 @@ class Llama(Decoder):
             return None
         return jnp.asarray([window or FULL_ATTENTION for window in windows], jnp.int32)[index]
 
-    def logits(self, hidden):
+    def logits(self, hidden, live=None):
+        """Logits of hidden [rows, hidden]; under the native kernels, of the first `live`
+        rows only where given (the rest, a bucket's padding, zeros: ops.py `at_layer`)."""
         head = self.state.get("lm_head", self.state["embed"])
         if isinstance(head, native_ops.PackedWeight):
-            head = native_ops.at_layer(head, 0)
+            head = native_ops.at_layer(head, 0, live)
         return linear(hidden, head).astype(jnp.float32)
 
 

@@ -30,8 +30,8 @@ BUSY_LOOPS = 60  # 256 x 256 matmuls a decode step: 0.1 s a window on the 2-core
 
 def busy_logits(logits):
     """The model's logits after device work they depend on: a slow device step."""
-    def busy(self, hidden):
-        out = logits(self, hidden)
+    def busy(self, hidden, live=None):
+        out = logits(self, hidden, live)
         weight = jnp.full((256, 256), 1.0 / 256, jnp.float32)
         work = jax.lax.fori_loop(0, BUSY_LOOPS, lambda _, acc: jnp.tanh(acc @ weight), weight + hidden.sum())
         return out + 0.0 * work[0, 0]  # not folded away: 0 * x is not 0 for every float x
