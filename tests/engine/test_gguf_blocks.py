@@ -115,6 +115,20 @@ def test_a_product_over_each_type_is_the_float_product_up_to_the_inputs_rounding
     assert worst <= PRODUCT_BOUND
 
 
+def test_blocks_in_groups_the_integer_products_do_not_take_are_multiplied_over_bfloat16_inputs(inputs):
+    """The integer dot products take groups of 16 or 32 inputs (dot.cc: a group's loop
+    unrolled when built); a weight of blocks in groups of 64 takes the bfloat16 pairs."""
+    data, _ = kept_weight(Q.Q4_K, (64, 512), seed=3)
+    four_bit = blocks_of(data, Q.Q4_K, (64, 512))
+    coarser = dataclasses.replace(four_bit, scales=four_bit.scales[..., ::2], mins=four_bit.mins[..., ::2],
+                                  scale_factors=None, min_factors=None)
+    assert ops.packed(four_bit).dots == (inputs == "integer dots") and not ops.packed(coarser).dots
+    x = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
+    got = np.asarray(ops.linear(jnp.asarray(x), ops.at_layer(ops.packed(coarser), 0)))
+    want = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32)) @ np.asarray(dequantize(coarser)).T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda qtype: qtype.name)
 def test_a_row_s_product_over_blocks_is_the_same_bits_among_any_tokens(qtype, inputs):
     """Issue [1/5]'s invariance for every new product (4-bit, 4-bit with offsets, int8 with

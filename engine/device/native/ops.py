@@ -92,10 +92,15 @@ def serves(weight) -> bool:
 DOT_BLOCK = (16, 4)  # rows a block, inputs a step, of the integer dot products (dot.cc)
 
 
+DOT_GROUPS = (16, 32)  # the groups of inputs the integer dot products take (dot.cc): GGUF's blocks'
+
+
 def over_integer_inputs(weight) -> bool:
     """Whether the kernels multiply `weight` over integer inputs (dot.cc): a GGUF file's
     blocks, where the build has integer dot products."""
-    return isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots()
+    if not (isinstance(weight, Int8Weight) and weight.integer_dots and native.integer_dots()):
+        return False
+    return weight.values.shape[-1] // weight.scales.shape[-1] in DOT_GROUPS
 
 
 def packed(weight) -> PackedWeight:

@@ -54,7 +54,7 @@ inline ffi::Error groups_of(const ffi::AnyBuffer& scales, const ffi::AnyBuffer* 
 
 // A grouped weight's scales (or offsets) as the products read them, [n / kLanes, groups,
 // kLanes] from a layer's first: float32 or fp16 (a GGUF format's own: integer_weight.py Int8Weight)
-// each, or int8 integers of a float32 factor per super-block of `per_super` groups (a
+// each, or int8 integers of a float32 factor per super-block of a power of two of groups (a
 // K-quant's d: integer_weight.py `scale_factors`), whose product is the same float32 scale exactly.
 template <typename Scale>
 struct PlainScales {
@@ -65,13 +65,20 @@ struct PlainScales {
 
 struct FactoredScales {
   const int8_t* at;
-  const float* factors;  // [n / kLanes, groups / per_super, kLanes]
-  int64_t groups, per_super;
+  const float* factors;  // [n / kLanes, supers, kLanes]
+  int64_t groups, supers;
+  int shift;  // log2 of the groups a super-block (a K-quant's 8 or 16): a group's super-block without a division
   fvec get(int64_t rows, int64_t g) const {
-    return widen(at + (rows * groups + g) * kLanes) *
-           load(factors + (rows * (groups / per_super) + g / per_super) * kLanes);
+    return widen(at + (rows * groups + g) * kLanes) * load(factors + (rows * supers + (g >> shift)) * kLanes);
   }
 };
+
+// log2 of `count`, or -1 where it is not a power of two.
+inline int power_of_two_shift(int64_t count) {
+  int shift = 0;
+  while ((int64_t{1} << shift) < count) ++shift;
+  return count > 0 && (int64_t{1} << shift) == count ? shift : -1;
+}
 
 // A grouped weight's scales and offsets (`mins`, or null) with their factors (null where
 // they have none), of the stack's layer `index`, of n rows in `groups` groups a row.
@@ -89,9 +96,10 @@ PlainScales<Scale> plain(const ffi::AnyBuffer* buffer, int64_t first, int64_t gr
 
 inline FactoredScales factored(const ffi::AnyBuffer* buffer, const ffi::AnyBuffer* factors, int64_t index, int64_t n,
                                int64_t groups, int64_t supers) {
-  if (buffer == nullptr) return {nullptr, nullptr, groups, groups / supers};
+  const int shift = power_of_two_shift(groups / supers);
+  if (buffer == nullptr) return {nullptr, nullptr, groups, supers, shift};
   return {static_cast<const int8_t*>(buffer->untyped_data()) + index * n * groups,
-          static_cast<const float*>(factors->untyped_data()) + index * n * supers, groups, groups / supers};
+          static_cast<const float*>(factors->untyped_data()) + index * n * supers, groups, supers, shift};
 }
 
 // `run(scales, mins)` with readers of the weight's scales and offsets (above): float32, fp16,
@@ -104,7 +112,7 @@ ffi::Error with_scales(const ScaleBuffers& b, int64_t index, int64_t n, int64_t 
     const auto dims = b.factors->dimensions();
     const int64_t supers = dims[dims.size() - 2];
     const bool fits = b.scales.element_type() == ffi::DataType::S8 && b.factors->element_type() == ffi::DataType::F32 &&
-                      supers > 0 && groups % supers == 0 &&
+                      supers > 0 && groups % supers == 0 && power_of_two_shift(groups / supers) >= 0 &&
                       (b.mins == nullptr || (b.min_factors != nullptr &&
                                              b.min_factors->element_count() == b.factors->element_count()));
     if (!fits) return ffi::Error::InvalidArgument("flint_linear: factored scales of another form");
