@@ -70,7 +70,7 @@ inline __m512i four_inputs(const int8_t* p) {
 // C blocks of rows from `block` times T tokens from `token`, into y [tokens, n]: a group's
 // integer dot, then its scales and offset, group after group. kPairs: a group's pairs of
 // steps (2 or 4: groups of 16 or 32 inputs), known when built so the loop over them unrolls
-// (counted at run time, its registers spilled the sums: one token's Q4_K gate|up 8% and
+// (counted at run time, its registers spilled the sums: one token's Q4_K gate|up 12% and
 // 128 tokens' 6-bit ffn_down 13% slower on one core).
 template <int C, int T, int kPairs, typename Rows, int kBias, bool kMins>
 void dot_tile(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t block, int64_t token, float* y) {
