@@ -52,6 +52,7 @@ constexpr int64_t kStreamedRows = 512, kBufferedRows = 64;
 
 template <typename Values, int kBias, bool kMins, typename Scales>
 struct DotRows {
+  static constexpr int kOneTokenBlocks = Values::kOneTokenBlocks;
   Values values;
   Scales scales;  // shapes.h: PlainScales (float32 or fp16) or FactoredScales
   Scales mins;    // where kMins
@@ -122,12 +123,13 @@ void dot_blocks(const Rows& w, const QuantizedInputs& in, int64_t n, int64_t fir
 }
 
 // Every token, kDotTokens at a time, the last tile with the rest; kDotBlocks blocks a
-// tile, which for a single token are two streams of weights (one was a third slower at
-// the 1B's ffn_down: each group's short chain of products left the core waiting).
+// tile, and for a single token the values' kOneTokenBlocks (dot_values.h): two or four
+// streams of weights (one was a third slower at the 1B's ffn_down: each group's short
+// chain of products left the core waiting).
 template <int kPairs, typename Rows, int kBias, bool kMins>
 void dot_tokens(const Rows& w, const QuantizedInputs& in, int64_t tokens, int64_t n, int64_t first, int64_t end,
                 float* y) {
-  if (tokens == 1) return dot_blocks<kDotBlocks, 1, kPairs, Rows, kBias, kMins>(w, in, n, first, end, 0, y);
+  if (tokens == 1) return dot_blocks<Rows::kOneTokenBlocks, 1, kPairs, Rows, kBias, kMins>(w, in, n, first, end, 0, y);
   int64_t token = 0;
   for (; token + kDotTokens <= tokens; token += kDotTokens)
     dot_blocks<kDotBlocks, kDotTokens, kPairs, Rows, kBias, kMins>(w, in, n, first, end, token, y);
