@@ -445,7 +445,7 @@ def resident_mib(array) -> float:
     return int(np.count_nonzero(entries >> np.uint64(63))) * page / 2**20
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/pagemap")
 def test_native_zeros_take_memory_only_where_written():
     """The KV cache's start (zeros.cc): zeros, 64 MiB of which hold under 8 MiB until written,
     and a write (donated, in place) makes resident only the pages it touches. The values are
