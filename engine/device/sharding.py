@@ -17,6 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from engine.config import EngineConfig, ModelConfig
 from engine.device.fp8 import Fp8Weight
 from engine.device.integer_weight import Int8Weight
+from engine.device.layer_forms import LayerForms
 from engine.device.weights import is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
@@ -74,6 +75,8 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
         if isinstance(param, Fp8Weight):
             scales = NamedSharding(mesh, partition_spec(param.scales.shape, spec.axes, mesh))
             return Fp8Weight(sharding_for(spec), scales)
+        if isinstance(param, LayerForms):  # each form's stack as the whole stack would be
+            return param.with_stacks(sharding_for(spec, stack) for stack in param.stacks)
         if isinstance(param, Int8Weight):  # a GGUF file's blocks: scales and offsets split as the values
             groups = lambda part: None if part is None else NamedSharding(mesh, partition_spec(part.shape, spec.axes,
                                                                                                mesh))

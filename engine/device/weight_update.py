@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
+import jax.numpy as jnp
 
+from engine.device.layer_forms import LayerForms
 from engine.device.native.ops import PackedWeight
 from engine.device.integer_weight import Int8Weight, quantize_into
 from engine.device.weights import is_lora_slots, serving_weights
@@ -71,6 +73,8 @@ def integer_forms(state: dict) -> dict:
         if isinstance(weight, Int8Weight):
             return (weight.bits, weight.scales.shape[-1], weight.mins is not None, weight.integer_dots,
                     weight.scales.dtype.name, supers(weight.scale_factors, -1))
+        if isinstance(weight, LayerForms):  # each form's, and the layers in it
+            return weight.with_stacks(form(stack) for stack in weight.stacks)
         return None
 
     forms = {name: form(weight) for name, weight in state.items() if name != "layers"}
@@ -81,7 +85,11 @@ def integer_forms(state: dict) -> dict:
 def in_forms(served: dict, forms: dict) -> dict:
     """The served weights with each one `forms` names quantized into its form."""
     def into(place, weight):
-        return weight if place not in forms else quantize_into(weight, *forms[place])
+        form = forms.get(place)
+        if isinstance(form, LayerForms):  # each form's layers quantized into it
+            return form.with_stacks(quantize_into(weight[jnp.asarray(layers)], *one)
+                                    for layers, one in zip(form.layers, form.stacks))
+        return weight if form is None else quantize_into(weight, *form)
 
     weights = {name: into(name, weight) for name, weight in served.items() if name != "layers"}
     weights["layers"] = {name: into(("layers", name), weight) for name, weight in served["layers"].items()}
@@ -98,5 +106,8 @@ def kept_beside(fresh: dict, served: dict) -> dict:
 def leaf_at(tree, path):
     """The leaf of `tree` at a key path of a tree of the same structure."""
     for key in path:
-        tree = tree[key.key] if hasattr(key, "key") else getattr(tree, key.name)
+        if hasattr(key, "idx"):  # a tuple's (a LayerForms' stacks)
+            tree = tree[key.idx]
+        else:
+            tree = tree[key.key] if hasattr(key, "key") else getattr(tree, key.name)
     return tree

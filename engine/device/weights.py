@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from engine.config import AUTO, INTEGER_QUANTIZATIONS, QUANTIZATIONS, ModelConfig
 from engine.device.fp8 import Fp8Weight, default_per_token_activations, quantize_fp8
+from engine.device import layer_forms
 from engine.device.integer_weight import Int8Weight, alike, dequantize
 
 # Served name -> the checkpoint names it concatenates (along the output rows), in order.
@@ -89,7 +90,13 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
 
 
 def concatenated(weights: list, axis: int):
-    """`weights` (arrays or Int8Weights) concatenated along `axis`, leaf by leaf."""
+    """`weights` (arrays or Int8Weights) concatenated along `axis`, leaf by leaf; stacks of
+    several forms (engine/device/layer_forms.py) layer by layer, then stacked by form."""
+    if layer_forms.has_forms(weights):
+        count = weights[0].shape[0]
+        fused = [concatenated([layer_forms.layer_of(weight, layer) for weight in weights], axis - 1)
+                 for layer in range(count)]
+        return layer_forms.stacked_layers([jax.device_get(weight) for weight in fused])
     return jax.tree.map(lambda *leaves: jnp.concatenate([jnp.asarray(leaf) for leaf in leaves], axis=axis),
                         *alike(weights))
 
@@ -138,14 +145,16 @@ def serving_weights(config: ModelConfig, params: dict, dtype: str, quantization:
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, not {quantization!r}")
     blocks = quantization == "gguf"
-    layers = fuse_layers(params["layers"])
+    # A stack of several forms stays so only where the blocks are served as they are.
+    layers = fuse_layers(params["layers"] if blocks else layer_forms.one_form_layers(params)["layers"])
     weights = {name: _served(value, dtype, False, blocks) for name, value in params.items() if name != "layers"}
     # A mixture of experts' experts stay in `dtype`.
     weights["layers"] = {name: _served(value, dtype, name in QUANTIZED_LAYER_WEIGHTS and quantization == "fp8",
                                        blocks) for name, value in layers.items()}
     if quantization in INTEGER_QUANTIZATIONS:
         for name in QUANTIZED_LAYER_WEIGHTS:
-            if name in weights["layers"] and not isinstance(weights["layers"][name], Int8Weight):
+            if name in weights["layers"] and not isinstance(weights["layers"][name],
+                                                            (Int8Weight, layer_forms.LayerForms)):
                 weights["layers"][name] = quantize_int8(weights["layers"][name])
     return weights
 
@@ -156,7 +165,7 @@ def _served(value, dtype: str, fp8: bool, blocks: bool):
     weight or a GGUF file's blocks widened)."""
     if fp8 and isinstance(value, Fp8Weight):
         return Fp8Weight(jnp.asarray(value.values), jnp.asarray(value.scales), default_per_token_activations())
-    if isinstance(value, Int8Weight) and blocks:
+    if isinstance(value, (Int8Weight, layer_forms.LayerForms)) and blocks:
         return jax.tree.map(jnp.asarray, value)
     if isinstance(value, Int8Weight) and not fp8:
         return dequantize(jax.tree.map(jnp.asarray, value), dtype)

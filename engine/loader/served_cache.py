@@ -35,6 +35,7 @@ from safetensors.numpy import save_file
 
 from engine.config import EngineConfig
 from engine.device import integer_weight as integer_form
+from engine.device import layer_forms
 from engine.device import weights as served_form
 from engine.device import fp8 as fp8_form
 from engine.device.fp8 import Fp8Weight, default_per_token_activations
@@ -43,6 +44,7 @@ from engine.device.native import ops as packed_form
 from engine.device.native import small_values
 from engine.device.native.ops import PackedWeight
 from engine.device.integer_weight import Int8Weight
+from engine.device.layer_forms import LayerForms
 from engine.device.weights import is_lora_slots, serving_weights
 from engine.loader import gguf_blocks
 from engine.loader.checkpoint import Checkpoint
@@ -112,7 +114,7 @@ def prune(newest: Path, keep: int = KEEP_PER_MODEL) -> None:
 def entry_path(directory: str | os.PathLike, source: ModelSource, dtype: str, quantization: str) -> Path:
     """Where the served weights of `source` in `dtype` and `quantization` are kept."""
     # The code that makes the entry's weights and their layouts: a change to any makes new entries.
-    forms = (served_form, integer_form, fp8_form, gguf_blocks, packed_form, small_values)
+    forms = (served_form, integer_form, fp8_form, gguf_blocks, packed_form, small_values, layer_forms)
     code = hashlib.sha256("".join(inspect.getsource(module) for module in forms).encode()).hexdigest()
     blocks = [native.block_shape(), native.integer_dots()]  # how `keep_packed` packs, here
     key = hashlib.sha256(json.dumps([FORMAT, files_key(source.path), dtype, quantization, code, blocks]).encode())
@@ -220,6 +222,9 @@ def _flatten(weights: dict, prefix: str = ""):
         elif isinstance(value, PackedWeight):
             yield f"{key}/{packed_values_key(value.bits, value.dots)}", value.values
             yield from _parts(value, f"{key}/packed")
+        elif isinstance(value, LayerForms):  # each form's stack under the layers it holds
+            yield from _flatten({forms_key(layers): stack for layers, stack in zip(value.layers, value.stacks)},
+                                f"{key}/")
         elif isinstance(value, Fp8Weight):
             yield f"{key}/fp8.values", value.values
             yield f"{key}/fp8.scales", value.scales
@@ -261,6 +266,21 @@ def packed_values_key(bits: int, dots: bool) -> str:
     return f"packed{bits}{'.dots' if dots else ''}.values"
 
 
+FORMS_PREFIX = "layers."  # a LayerForms' stacks: each named by its layers ("layers.0.4.7")
+
+
+def forms_key(layers: tuple[int, ...]) -> str:
+    return FORMS_PREFIX + ".".join(map(str, layers))
+
+
+def _rebuild_forms(node: dict) -> LayerForms | None:
+    if not (node and all(name.startswith(FORMS_PREFIX) for name in node)):
+        return None
+    held = {tuple(int(layer) for layer in name[len(FORMS_PREFIX):].split(".")): name for name in node}
+    layers = tuple(sorted(held))
+    return LayerForms(stacks=tuple(_rebuild_quantized(node[held[each]]) for each in layers), layers=layers)
+
+
 def _rebuild_packed(node: dict) -> PackedWeight | None:
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = packed_values_key(bits, dots)
@@ -275,6 +295,8 @@ def _rebuild_quantized(node):
         return node
     if (packed := _rebuild_packed(node)) is not None:
         return packed
+    if (forms := _rebuild_forms(node)) is not None:
+        return forms
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = integer_values_key(bits, dots)
         if values in node and "int8.scales" in node and set(node) <= {values, *(f"int8.{part}" for part in PARTS)}:

@@ -18,6 +18,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.device.integer_weight import alike
+from engine.device.layer_forms import several_forms, stacked_by_form
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,17 @@ class TensorNames:
     def stacked(self, read: Callable[[str], np.ndarray], name: str, config: ModelConfig,
                 stack: Callable[[list], Any] | None = None) -> np.ndarray:
         """`name` read with `read(tensor)` and stacked over the layers (and each layer's
-        experts, where the format keeps a tensor per expert) by `stack` (`stacked_weights`
-        unless given: a jitted caller stacks traced arrays with jnp.stack)."""
+        experts, where the format keeps a tensor per expert) by `stack` (unless given, where a
+        jitted caller stacks traced arrays with jnp.stack: `stacked_weights`, and over the
+        layers `stacked_layers`)."""
+        layers_stack = stack or stacked_layers
         stack = stack or stacked_weights
 
         def one_layer(index: int) -> np.ndarray:
             arrays = [read(tensor) for tensor in self.layer_names(name, index, config.num_experts)]
             return stack(arrays) if self.per_expert(name) else arrays[0]
 
-        return stack([one_layer(i) for i in range(config.num_layers)])
+        return layers_stack([one_layer(i) for i in range(config.num_layers)])
 
     def expected(self, layer_weights: Iterable[str], config: ModelConfig) -> set[str]:
         """Every tensor name a checkpoint of `config` may hold, for its `layer_weights`."""
@@ -98,6 +101,12 @@ class Family:
     gguf_norm_offset: float = 0.0
     # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).
     hf_ignored_suffixes: tuple[str, ...] = field(default=("rotary_emb.inv_freq",))
+
+
+def stacked_layers(weights: list):
+    """Layers' weights stacked: a stack per form where they are a GGUF file's blocks in more
+    than one form (engine/device/layer_forms.py), else as `stacked_weights`."""
+    return stacked_by_form(weights) if several_forms(weights) else stacked_weights(weights)
 
 
 def stacked_weights(weights: list):

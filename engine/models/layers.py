@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from engine.config import AUTO, LAYER_LOOPS, LINEAR, SCAN, UNROLLED, ModelConfig, RopeScaling
 from engine.device.lora import RowAdapters, is_lora_weight
 from engine.device.native import ops as native_ops
-from engine.device import fp8
+from engine.device import fp8, layer_forms
 from engine.device.integer_weight import Int8Weight, dequantize
 
 
@@ -35,6 +35,8 @@ def linear(x, weight):
     NativeWeight the native CPU kernel reads in place)."""
     if isinstance(weight, native_ops.NativeWeight):  # every count of tokens: one order of sums
         return native_ops.linear(x, weight).astype(x.dtype)
+    if isinstance(weight, layer_forms.LayerOfForms):  # the kernel of the layer's form
+        return layer_forms.linear(x, weight).astype(x.dtype)
     if isinstance(weight, fp8.Fp8Weight):
         return fp8.linear(x, weight)
     if isinstance(weight, Int8Weight):
@@ -199,6 +201,8 @@ def native_layer_weights(stacked: dict, index, live=None) -> dict:
     def at(name, weight):
         if isinstance(weight, native_ops.PackedWeight):
             return native_ops.at_layer(weight, index, live)
+        if isinstance(weight, layer_forms.LayerForms):  # a stack per form, each packed
+            return layer_forms.at_layer(weight, index, live)
         return layer_weights(weight, index)
 
     return {name: at(name, weight) for name, weight in stacked.items()}
@@ -210,6 +214,11 @@ def packed_for_native(state: dict, native_lora: bool) -> dict:
     head (and so the embedding, which reads its rows from it), and the adapter slots where
     they are laid out for the kernels (`native_lora`)."""
     def pack(name, weight):
+        if isinstance(weight, layer_forms.LayerForms):  # each form's stack, where the kernels serve them all
+            kernels = (Int8Weight, native_ops.PackedWeight)  # a served cache's are packed already
+            if all(isinstance(stack, kernels) and native_ops.serves(stack) for stack in weight.stacks):
+                return weight.with_stacks(pack(name, stack) for stack in weight.stacks)
+            weight = layer_forms.one_form(weight)
         served = isinstance(weight, Int8Weight) or (native_lora and is_lora_weight(name))
         if not (served and native_ops.serves(weight)):
             return weight

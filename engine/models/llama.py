@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from engine.config import SCAN, UNROLLED, ModelConfig
 from engine.device.batch import BatchInputs, table_slots
 from engine.device.lora import RowAdapters, row_adapters
+from engine.device import layer_forms
 from engine.device.native import ops as native_ops
 from engine.device.integer_weight import Int8Weight, dequantize
 from engine.device.weights import HEAD_GROUP_SIZE, quantize_int8
@@ -84,10 +85,11 @@ class Llama(Decoder):
         read, and no float32 copy of the embedding held. The quality gate
         (tests/engine/test_quantization.py) scores it as it scores a float32 head.
         Unquantized layers keep the checkpoint's precision throughout. Weights kept packed
-        (engine/loader/served_cache.py `keep_packed`) are unpacked where the kernels are not used."""
+        (engine/loader/served_cache.py `keep_packed`) are unpacked where the kernels are not used,
+        and a stack of several forms (engine/device/layer_forms.py) made one."""
         if not self.native_linear:
-            weights = native_ops.unpacked_tree(weights)
-        quantized = any(isinstance(weight, (Int8Weight, native_ops.PackedWeight))
+            weights = layer_forms.one_form_layers(native_ops.unpacked_tree(weights))
+        quantized = any(isinstance(weight, (Int8Weight, native_ops.PackedWeight, layer_forms.LayerForms))
                         for weight in weights["layers"].values())
         narrow = self.native_linear and quantized and self.compute_dtype == jnp.float32
         head = partial(narrow_head, narrow=narrow)

@@ -296,7 +296,11 @@ def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_
     (entry,) = tmp_path.glob("*.safetensors")
     kept = served_cache.load(entry)
     projections = {name: kept["layers"][name] for name in ("wqkv", "wo", "w_gate_up", "w_down")}
-    assert all(isinstance(weight, ops.PackedWeight) for weight in [*projections.values(), kept["embed"]])
+    stacks = [stack for weight in projections.values() for stack in getattr(weight, "stacks", [weight])]
+    assert all(isinstance(weight, ops.PackedWeight) for weight in [*stacks, kept["embed"]])
+    # attn_v and ffn_down's Q6_K layer (0) and Q4_K layer (1): a packed stack each, as the file has them
+    assert kept["layers"]["w_down"].layers == kept["layers"]["wqkv"].layers == ((0,), (1,))
+    assert [stack.bits for stack in kept["layers"]["w_down"].stacks] == [6, 4]
     second = Engine.from_model(str(q4_k_m_file), config, kept_in=tmp_path)
     assert jax.tree.structure(second.runner.state) == jax.tree.structure(first.runner.state)
     np.testing.assert_array_equal(second.runner.hidden_logits(rows), logits)

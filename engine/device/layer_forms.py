@@ -1,0 +1,145 @@
+"""A weight stacked over layers whose layers come in more than one form, each form a stack
+of its own.
+
+A GGUF Q4_K_M file keeps attn_v and ffn_down in Q6_K in some layers (llama-quantize gives
+more bits to the first and last eighth and every third layer between) and in Q4_K in the
+others. Made one form (engine/device/integer_weight.py `alike`), the Q4_K layers would be
+served as 6-bit values with offsets in groups of 16: 7 bits a weight against the file's
+4.5, and 8% more of a 1B model's bytes read a token. So a stack of a GGUF file's blocks
+keeps a stack per form (`LayerForms`, made by `stacked_by_form`), and the native kernels'
+scan over the layers multiplies by the stack the layer's form names (`LayerOfForms`: a
+switch on the traced layer, engine/models/layers.py `linear`). Where the kernels do not
+read the layers (another backend, a build without them, an unrolled loop), the stacks are
+made one form again (`one_form`), as they were before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine.device.integer_weight import Int8Weight, alike
+from engine.device.native import ops as native_ops
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class LayerForms:
+    """A weight [layers, ...] held as a stack per form: `stacks[f]` (an Int8Weight, or a
+    PackedWeight once packed for the native kernels) holds the layers `layers[f]`, in order."""
+
+    stacks: tuple
+    layers: tuple[tuple[int, ...], ...] = field(metadata=dict(static=True))
+
+    @property
+    def num_layers(self) -> int:
+        return sum(len(layers) for layers in self.layers)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The stack's shape, as one form's would be: [layers, ..., out, in]."""
+        return (self.num_layers, *self.stacks[0].shape[1:])
+
+    def form_of(self, layer: int) -> int:
+        return next(form for form, layers in enumerate(self.layers) if layer in layers)
+
+    def layer(self, layer: int):
+        """Layer `layer`'s weight, sliced out of its form's stack."""
+        form = self.form_of(layer)
+        return _sliced(self.stacks[form], self.layers[form].index(layer))
+
+    def with_stacks(self, stacks) -> LayerForms:
+        return LayerForms(stacks=tuple(stacks), layers=self.layers)
+
+
+def _sliced(stack, index: int):
+    return jax.tree.map(lambda leaf: leaf[index], stack)
+
+
+def _form_key(weight) -> tuple:
+    """What weights of one form share: the same parts, of the same shapes and dtypes."""
+    leaves = jax.tree.leaves(weight)
+    return jax.tree.structure(weight), tuple((leaf.shape, np.dtype(leaf.dtype)) for leaf in leaves)
+
+
+def _stacked(weights: list):
+    """Weights of one form stacked on a new first axis, leaf by leaf (in NumPy where they are
+    host arrays, as the loader's are)."""
+    host = all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(weights))
+    stack = (lambda *leaves: np.ascontiguousarray(np.stack(leaves))) if host else (lambda *leaves: jnp.stack(leaves))
+    return jax.tree.map(stack, *weights)
+
+
+def several_forms(weights: list) -> bool:
+    """Whether layers' `weights` are a GGUF file's blocks in more than one form."""
+    blocks = all(isinstance(weight, Int8Weight) and weight.integer_dots for weight in weights)
+    return blocks and len({_form_key(weight) for weight in weights}) > 1
+
+
+def stacked_by_form(weights: list) -> LayerForms:
+    """Layers' `weights` (of `several_forms`) as a stack per form, in the order they first appear."""
+    keys = list(dict.fromkeys(_form_key(weight) for weight in weights))
+    layers = tuple(tuple(i for i, weight in enumerate(weights) if _form_key(weight) == key) for key in keys)
+    return LayerForms(stacks=tuple(_stacked([weights[i] for i in held]) for held in layers), layers=layers)
+
+
+def stacked_layers(weights: list):
+    """Layers' weights stacked: by form where there are several (`stacked_by_form`), else in one (`alike`)."""
+    return stacked_by_form(weights) if several_forms(weights) else _stacked(alike(weights))
+
+
+def layer_of(weight, layer: int):
+    """Layer `layer` of a stacked weight, of one form or of several."""
+    return weight.layer(layer) if isinstance(weight, LayerForms) else _sliced(weight, layer)
+
+
+def one_form(weight):
+    """A stack of one form for `weight`: its layers made one form (`alike`) where it is a
+    LayerForms, else `weight` as it is."""
+    if not isinstance(weight, LayerForms):
+        return weight
+    return _stacked(alike([weight.layer(layer) for layer in range(weight.num_layers)]))
+
+
+def one_form_layers(state: dict) -> dict:
+    """A decoder's state (or served weights) with every LayerForms of its layers made one form."""
+    return {**state, "layers": {name: one_form(weight) for name, weight in state["layers"].items()}}
+
+
+def has_forms(weights) -> bool:
+    return any(isinstance(weight, LayerForms) for weight in weights)
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class LayerOfForms:
+    """One layer (traced, in the scan) of a LayerForms packed for the native kernels: each
+    form's stack read at the layer's place in it, and the form the layer is in."""
+
+    weights: tuple  # a NativeWeight per form
+    form: jax.Array  # int32 []
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.weights[0].shape
+
+
+def at_layer(weight: LayerForms, index, live=None) -> LayerOfForms:
+    """Layer `index` (traced) of a packed LayerForms: its form and its place in that form's
+    stack, looked up in tables of the static layout (0 in the stacks it is not in, read by
+    no branch but kept in range)."""
+    forms = jnp.asarray([weight.form_of(layer) for layer in range(weight.num_layers)], jnp.int32)
+    places = [jnp.asarray([held.index(layer) if layer in held else 0 for layer in range(weight.num_layers)],
+                          jnp.int32) for held in weight.layers]
+    return LayerOfForms(weights=tuple(native_ops.at_layer(stack, place[index], live)
+                                      for stack, place in zip(weight.stacks, places)), form=forms[index])
+
+
+def linear(x, weight: LayerOfForms):
+    """x [tokens, in] times the layer's matrix in float32, by the kernel of its form: a
+    switch runs that branch alone."""
+    branches = [lambda x, one=one: native_ops.linear(x, one) for one in weight.weights]
+    return jax.lax.switch(weight.form, branches, x)
