@@ -115,9 +115,10 @@ def dequantize(weight, dtype=jnp.float32) -> jax.Array:
     return matrix + jnp.repeat(jnp.asarray(weight.mins).astype(dtype), group, axis=-1)
 
 
-# Int8Weights of different forms made one, so they stack (over layers) or concatenate
-# (q|k|v, gate|up): a GGUF Q4_K_M file holds Q4_K and Q6_K tensors side by side (attn_v and
-# ffn_down in Q6_K in some layers), and a stack or a fused matrix is one form. A form is
+# Int8Weights of different forms made one, so they concatenate (q|k|v, gate|up) or stack
+# (over layers, where the native kernels do not read a stack per form: layer_forms.py): a
+# GGUF Q4_K_M file holds Q4_K and Q6_K tensors side by side (attn_v and ffn_down in Q6_K in
+# some layers), and a fused matrix is one form. A form is
 # (bits, groups, offsets). The common one: the finest groups among them (a coarser group's
 # scale repeated over its finer parts), offsets where any has them, the most bits among
 # them; float16 scales only where all have them, else float32. A weight without offsets

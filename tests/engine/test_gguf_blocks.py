@@ -3,7 +3,7 @@
 each kept type reads to exactly what gguf.quants (an independent implementation) dequantizes
 it to; a product over it is the float product over those numbers up to the rounding of the
 inputs to bfloat16, and a row's product is the same bits among any tokens; mixed types
-stack and fuse exactly; a tiny Q4_K_M-like model serves closer to its float reference than
+fuse exactly, and a stack keeps each layer's own form; a tiny Q4_K_M-like model serves closer to its float reference than
 the int8 it was served as before; a type without a kernel falls back by name; new weights
 are quantized into the served forms."""
 
@@ -27,7 +27,7 @@ from api.server.app import create_app
 from api.server.settings import Settings
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.device import native
+from engine.device import layer_forms, native
 from engine.device.native import ops
 from engine.device.runner import ModelRunner, RowPlan
 from engine.device.integer_weight import Int8Weight, alike, dequantize, factored, unfactored
@@ -183,18 +183,25 @@ def test_a_type_without_a_kernel_makes_its_stack_plain():
     assert not any(isinstance(weight, Int8Weight) for weight in floats)
 
 
-def test_a_mixed_stack_s_product_is_the_float_product_of_each_layer(inputs):
-    """A Q4_K_M stack (Q4_K and Q6_K layers, in one 6-bit form with offsets), each layer read
-    in place: its product is the float product over that layer's own dequantized blocks."""
-    data = [kept_weight(qtype, (64, 512), seed=6 + index) for index, qtype in enumerate((Q.Q4_K, Q.Q6_K, Q.Q4_K))]
-    layers = alike([blocks_of(raw, qtype, (64, 512)) for (raw, _), qtype in zip(data, (Q.Q4_K, Q.Q6_K, Q.Q4_K))])
-    stack = jax.tree.map(lambda *parts: np.stack(parts), *layers)
-    packed = ops.packed(stack)
-    assert (packed.bits, packed.mins is not None) == (6, True)
+def test_a_mixed_stack_keeps_each_layer_s_form_and_multiplies_by_it(inputs):
+    """A Q4_K_M stack (Q6_K, Q4_K, Q4_K, Q6_K layers) served as it is: a stack per form, the Q4_K
+    layers in 4 bits (not the 6 of one form: engine/device/layer_forms.py); each layer, at a
+    traced index as the scan reads it, multiplies by its own form's stack, and its product is
+    the float product over that layer's own dequantized blocks."""
+    types = (Q.Q6_K, Q.Q4_K, Q.Q4_K, Q.Q6_K)
+    data = [kept_weight(qtype, (64, 512), seed=6 + index) for index, qtype in enumerate(types)]
+    layers = [blocks_of(raw, qtype, (64, 512)) for (raw, _), qtype in zip(data, types)]
+    stack = layer_forms.stacked_layers(layers)
+    assert stack.layers == ((0, 3), (1, 2)) and [form.bits for form in stack.stacks] == [6, 4]
+    for layer, weight in enumerate(layers):  # the numbers each layer stood for, as they were
+        np.testing.assert_array_equal(exact_numbers(stack.layer(layer)), exact_numbers(weight))
+    packed = stack.with_stacks(ops.packed(form) for form in stack.stacks)
+    product = jax.jit(lambda x, layer: layer_forms.linear(x, layer_forms.at_layer(packed, layer)))
     x = np.random.default_rng(7).standard_normal((5, 512)).astype(np.float32)
     for layer, (_, reference) in enumerate(data):
-        got = np.asarray(ops.linear(jnp.asarray(x), ops.at_layer(packed, layer)), np.float64)
-        rounded = inputs_as_read(x, packed, 512 // stack.scales.shape[-1])
+        got = np.asarray(product(jnp.asarray(x), jnp.int32(layer)), np.float64)
+        rounded = inputs_as_read(x, packed.stacks[0], 512 // layers[layer].scales.shape[-1])
+        # (each layer's own weights: layer 1 read at its place in its stack, not at 1)
         error = np.abs(got - rounded @ reference.T) / (np.abs(rounded) @ np.abs(reference).T)
         assert error.max() <= PRODUCT_BOUND, (layer, error.max())
 
@@ -238,6 +245,23 @@ def test_a_q4_k_m_model_serves_closer_to_its_float_reference_than_int8(q4_k_m_fi
     # add the most (0.028 against 0.031), the same for both.
     assert error["gguf", "float32"] < 0.005 and error["gguf", "float32"] < 0.6 * error["int8", "float32"]
     assert error["gguf", "auto"] < 0.05 and error["gguf", "auto"] < error["int8", "auto"]
+
+
+def test_a_stack_of_several_forms_is_made_one_where_the_kernels_do_not_read_the_layers(q4_k_m_file):
+    """The unrolled layer loop (the GPUs' default) reads each layer's weights in JAX, not
+    the kernels' stacks: its stacks of several forms are made one, as exactly (`alike`),
+    and the model serves the file's numbers: the float reference's logits, with float32
+    inputs and cache."""
+    blocks = load_checkpoint(q4_k_m_file, blocks=True)
+    assert isinstance(blocks.params["layers"]["w_down"], layer_forms.LayerForms)
+    expected = forward(BLOCKS_CONFIG, load_checkpoint(q4_k_m_file).params, PROMPT)
+    config = dataclasses.replace(ENGINE, quantization="gguf", kv_cache_dtype="float32", layer_loop="unrolled")
+    runner = ModelRunner(blocks.config, config, blocks.params)
+    assert {type(weight) for name, weight in runner.state["layers"].items() if "norm" not in name} == {Int8Weight}
+    logits = runner.hidden_logits([RowPlan(PROMPT, 0, [1, 2, 3, 4])])
+    error = np.max(np.abs(logits - expected)) / np.max(np.abs(expected))
+    print(f"largest logit error relative to the largest logit: {error:.2e}")
+    assert error < 1e-4
 
 
 def test_a_type_without_a_kernel_falls_back_by_name_in_the_log_and_health(tmp_path, caplog, smollm2_tokenizer):
