@@ -66,6 +66,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--traced", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--hlo", default=None, help="write the compiled step's HLO here")
+    parser.add_argument("--bucket", type=int, default=0,
+                        help="run the step in this bucket of tokens (a bucket's padding), not the least that holds it")
+    parser.add_argument("--max-num-seqs", type=int, default=0, help="the engine's (default: --rows)")
     return parser.parse_args()
 
 
@@ -89,8 +92,10 @@ def compiled_step(args: argparse.Namespace):
     pages = args.rows * (context // 16 + 1) + 1
     max_model_len = max(2 * context, 256)
     tokens = args.rows * max(args.prompt_tokens, 1)
-    config = EngineConfig(max_model_len=max_model_len, max_num_seqs=max(args.rows, 1),
-                          max_num_batched_tokens=max(tokens, 64), num_pages=max(pages, 64, max_model_len // 16 + 2),
+    budget = args.bucket or max(tokens, 64)
+    config = EngineConfig(max_model_len=max_model_len, max_num_seqs=max(args.rows, args.max_num_seqs, 1),
+                          max_num_batched_tokens=budget, num_pages=max(pages, 64, max_model_len // 16 + 2),
+                          token_buckets=(args.bucket,) if args.bucket else (),
                           quantization=quantization,
                           kv_cache_dtype=args.kv_cache_dtype)
     runner = ModelRunner(checkpoint.config, config, checkpoint.params)
