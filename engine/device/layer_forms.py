@@ -55,14 +55,67 @@ class LayerForms:
         return LayerForms(stacks=tuple(stacks), layers=self.layers)
 
 
+@jax.tree_util.register_dataclass
+@dataclass
+class RowParts:
+    """A layer's fused matrix (q|k|v) whose parts are a GGUF file's blocks in different forms
+    (Q4_K_M's Q6_K attn_v beside Q4_K attn_q and attn_k): its runs of rows, each in its own
+    form, in order (`joined`); multiplied part by part, the outputs side by side. Made one
+    form, q and k would be held in v's 6 bits with offsets."""
+
+    parts: tuple
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        *lead, _, width = self.parts[0].shape
+        return (*lead, sum(part.shape[-2] for part in self.parts), width)
+
+
+def joined(weights: list, concatenate):
+    """A layer's parts (Int8Weights, rows on their first axis) fused: by `concatenate` where
+    they are one form, else each run of one form so, as RowParts."""
+    keys = [_form_key(weight, rows=False) for weight in weights]  # parts of one form, of any rows
+    blocks = all(isinstance(weight, Int8Weight) and weight.integer_dots for weight in weights)
+    if not blocks or len(set(keys)) == 1:
+        return concatenate(weights)
+    runs, start = [], 0
+    for end in range(1, len(weights) + 1):
+        if end == len(weights) or keys[end] != keys[start]:
+            runs.append(concatenate(weights[start:end]) if end - start > 1 else weights[start])
+            start = end
+    return RowParts(parts=tuple(runs))
+
+
+def matrices(stack) -> tuple:
+    """A form's stack as its matrices: a RowParts' parts, or the stack itself."""
+    return stack.parts if isinstance(stack, RowParts) else (stack,)
+
+
+def each_matrix(function, stack):
+    """`function` of each of a form's stack's matrices, as the stack was (RowParts, or one)."""
+    if isinstance(stack, RowParts):
+        return RowParts(parts=tuple(function(part) for part in stack.parts))
+    return function(stack)
+
+
+def _one_matrix(weight):
+    """A layer's weight as one matrix: RowParts' parts made one form and concatenated."""
+    if not isinstance(weight, RowParts):
+        return weight
+    host = all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(weight))
+    join = (lambda *leaves: np.concatenate(leaves, axis=-2)) if host else (lambda *leaves: jnp.concatenate(leaves, -2))
+    return jax.tree.map(join, *alike(list(weight.parts)))
+
+
 def _sliced(stack, index: int):
     return jax.tree.map(lambda leaf: leaf[index], stack)
 
 
-def _form_key(weight) -> tuple:
-    """What weights of one form share: the same parts, of the same shapes and dtypes."""
-    leaves = jax.tree.leaves(weight)
-    return jax.tree.structure(weight), tuple((leaf.shape, np.dtype(leaf.dtype)) for leaf in leaves)
+def _form_key(weight, rows: bool = True) -> tuple:
+    """What weights of one form share: the same parts, of the same shapes (but for their rows,
+    the second last axis, unless `rows`) and dtypes."""
+    shape = lambda leaf: tuple(leaf.shape) if rows else (*leaf.shape[:-2], leaf.shape[-1])
+    return jax.tree.structure(weight), tuple((shape(leaf), np.dtype(leaf.dtype)) for leaf in jax.tree.leaves(weight))
 
 
 def _stacked(weights: list):
@@ -74,7 +127,10 @@ def _stacked(weights: list):
 
 
 def several_forms(weights: list) -> bool:
-    """Whether layers' `weights` are a GGUF file's blocks in more than one form."""
+    """Whether layers' `weights` are a GGUF file's blocks in more than one form (or in parts
+    of several forms: RowParts, which only a stack per form holds)."""
+    if any(isinstance(weight, RowParts) for weight in weights):
+        return True
     blocks = all(isinstance(weight, Int8Weight) and weight.integer_dots for weight in weights)
     return blocks and len({_form_key(weight) for weight in weights}) > 1
 
@@ -101,7 +157,7 @@ def one_form(weight):
     LayerForms, else `weight` as it is."""
     if not isinstance(weight, LayerForms):
         return weight
-    return _stacked(alike([weight.layer(layer) for layer in range(weight.num_layers)]))
+    return _stacked(alike([_one_matrix(weight.layer(layer)) for layer in range(weight.num_layers)]))
 
 
 def one_form_layers(state: dict) -> dict:
@@ -119,7 +175,7 @@ class LayerOfForms:
     """One layer (traced, in the scan) of a LayerForms packed for the native kernels: each
     form's stack read at the layer's place in it, and the form the layer is in."""
 
-    weights: tuple  # a NativeWeight per form
+    weights: tuple  # a NativeWeight per form (RowParts of them where the form is in parts)
     form: jax.Array  # int32 []
 
     @property
@@ -134,12 +190,18 @@ def at_layer(weight: LayerForms, index, live=None) -> LayerOfForms:
     forms = jnp.asarray([weight.form_of(layer) for layer in range(weight.num_layers)], jnp.int32)
     places = [jnp.asarray([held.index(layer) if layer in held else 0 for layer in range(weight.num_layers)],
                           jnp.int32) for held in weight.layers]
-    return LayerOfForms(weights=tuple(native_ops.at_layer(stack, place[index], live)
-                                      for stack, place in zip(weight.stacks, places)), form=forms[index])
+    read = lambda stack, place: each_matrix(lambda matrix: native_ops.at_layer(matrix, place, live), stack)
+    return LayerOfForms(weights=tuple(read(stack, place[index]) for stack, place in zip(weight.stacks, places)),
+                        form=forms[index])
 
 
 def linear(x, weight: LayerOfForms):
     """x [tokens, in] times the layer's matrix in float32, by the kernel of its form: a
     switch runs that branch alone."""
-    branches = [lambda x, one=one: native_ops.linear(x, one) for one in weight.weights]
+    def product(x, one):
+        if isinstance(one, RowParts):
+            return jnp.concatenate([native_ops.linear(x, part) for part in one.parts], axis=-1)
+        return native_ops.linear(x, one)
+
+    branches = [lambda x, one=one: product(x, one) for one in weight.weights]
     return jax.lax.switch(weight.form, branches, x)

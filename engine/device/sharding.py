@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from engine.config import EngineConfig, ModelConfig
 from engine.device.fp8 import Fp8Weight
 from engine.device.integer_weight import Int8Weight
-from engine.device.layer_forms import LayerForms
+from engine.device.layer_forms import LayerForms, RowParts
 from engine.device.weights import is_served_weight, served_axes
 from engine.models.params import ParamSpec, param_specs
 
@@ -77,6 +77,9 @@ def param_shardings(config: ModelConfig, mesh: Mesh, params: dict) -> dict:
             return Fp8Weight(sharding_for(spec), scales)
         if isinstance(param, LayerForms):  # each form's stack as the whole stack would be
             return param.with_stacks(sharding_for(spec, stack) for stack in param.stacks)
+        if isinstance(param, RowParts):  # each part's rows as its own
+            return RowParts(parts=tuple(sharding_for(dataclasses.replace(spec, shape=tuple(part.shape)), part)
+                                        for part in param.parts))
         if isinstance(param, Int8Weight):  # a GGUF file's blocks: scales and offsets split as the values
             groups = lambda part: None if part is None else NamedSharding(mesh, partition_spec(part.shape, spec.axes,
                                                                                                mesh))

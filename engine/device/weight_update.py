@@ -15,8 +15,9 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from engine.device.layer_forms import LayerForms
+from engine.device.layer_forms import LayerForms, RowParts
 from engine.device.native.ops import PackedWeight
 from engine.device.integer_weight import Int8Weight, quantize_into
 from engine.device.weights import is_lora_slots, serving_weights
@@ -75,6 +76,8 @@ def integer_forms(state: dict) -> dict:
                     weight.scales.dtype.name, supers(weight.scale_factors, -1))
         if isinstance(weight, LayerForms):  # each form's, and the layers in it
             return weight.with_stacks(form(stack) for stack in weight.stacks)
+        if isinstance(weight, RowParts):  # each part's rows and form
+            return RowParts(parts=tuple((part.shape[-2], form(part)) for part in weight.parts))
         return None
 
     forms = {name: form(weight) for name, weight in state.items() if name != "layers"}
@@ -87,13 +90,22 @@ def in_forms(served: dict, forms: dict) -> dict:
     def into(place, weight):
         form = forms.get(place)
         if isinstance(form, LayerForms):  # each form's layers quantized into it
-            return form.with_stacks(quantize_into(weight[jnp.asarray(layers)], *one)
+            return form.with_stacks(quantized(weight[jnp.asarray(layers)], one)
                                     for layers, one in zip(form.layers, form.stacks))
         return weight if form is None else quantize_into(weight, *form)
 
     weights = {name: into(name, weight) for name, weight in served.items() if name != "layers"}
     weights["layers"] = {name: into(("layers", name), weight) for name, weight in served["layers"].items()}
     return weights
+
+
+def quantized(weight, form):
+    """`weight` quantized into `form`: one, or RowParts of (rows, form), its rows so split."""
+    if not isinstance(form, RowParts):
+        return quantize_into(weight, *form)
+    ends = np.cumsum([rows for rows, _ in form.parts])
+    return RowParts(parts=tuple(quantize_into(weight[..., end - rows:end, :], *one)
+                                for end, (rows, one) in zip(ends, form.parts)))
 
 
 def kept_beside(fresh: dict, served: dict) -> dict:

@@ -91,11 +91,12 @@ def quantize_int8(matrix, group: int = GROUP_SIZE) -> Int8Weight:
 
 def concatenated(weights: list, axis: int):
     """`weights` (arrays or Int8Weights) concatenated along `axis`, leaf by leaf; stacks of
-    several forms (engine/device/layer_forms.py) layer by layer, then stacked by form."""
-    if layer_forms.has_forms(weights):
-        count = weights[0].shape[0]
-        fused = [concatenated([layer_forms.layer_of(weight, layer) for weight in weights], axis - 1)
-                 for layer in range(count)]
+    several forms (engine/device/layer_forms.py) layer by layer, then stacked by form, a
+    layer's parts of different forms side by side."""
+    if layer_forms.has_forms(weights):  # a layer's parts in several forms kept so (RowParts)
+        fuse = lambda parts: concatenated(parts, axis - 1)
+        fused = [layer_forms.joined([layer_forms.layer_of(weight, layer) for weight in weights], fuse)
+                 for layer in range(weights[0].shape[0])]
         return layer_forms.stacked_layers([jax.device_get(weight) for weight in fused])
     return jax.tree.map(lambda *leaves: jnp.concatenate([jnp.asarray(leaf) for leaf in leaves], axis=axis),
                         *alike(weights))

@@ -44,7 +44,7 @@ from engine.device.native import ops as packed_form
 from engine.device.native import small_values
 from engine.device.native.ops import PackedWeight
 from engine.device.integer_weight import Int8Weight
-from engine.device.layer_forms import LayerForms
+from engine.device.layer_forms import LayerForms, RowParts
 from engine.device.weights import is_lora_slots, serving_weights
 from engine.loader import gguf_blocks
 from engine.loader.checkpoint import Checkpoint
@@ -225,6 +225,8 @@ def _flatten(weights: dict, prefix: str = ""):
         elif isinstance(value, LayerForms):  # each form's stack under the layers it holds
             yield from _flatten({forms_key(layers): stack for layers, stack in zip(value.layers, value.stacks)},
                                 f"{key}/")
+        elif isinstance(value, RowParts):  # each part in order
+            yield from _flatten({f"{PART_PREFIX}{index}": part for index, part in enumerate(value.parts)}, f"{key}/")
         elif isinstance(value, Fp8Weight):
             yield f"{key}/fp8.values", value.values
             yield f"{key}/fp8.scales", value.scales
@@ -281,6 +283,16 @@ def _rebuild_forms(node: dict) -> LayerForms | None:
     return LayerForms(stacks=tuple(_rebuild_quantized(node[held[each]]) for each in layers), layers=layers)
 
 
+PART_PREFIX = "part."  # a RowParts' parts: "part.0", "part.1", ...
+
+
+def _rebuild_parts(node: dict) -> RowParts | None:
+    if not (node and all(name.startswith(PART_PREFIX) for name in node)):
+        return None
+    count = len(node)
+    return RowParts(parts=tuple(_rebuild_quantized(node[f"{PART_PREFIX}{index}"]) for index in range(count)))
+
+
 def _rebuild_packed(node: dict) -> PackedWeight | None:
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = packed_values_key(bits, dots)
@@ -297,6 +309,8 @@ def _rebuild_quantized(node):
         return packed
     if (forms := _rebuild_forms(node)) is not None:
         return forms
+    if (parts := _rebuild_parts(node)) is not None:
+        return parts
     for bits, dots in itertools.product(INTEGER_BITS, (False, True)):
         values = integer_values_key(bits, dots)
         if values in node and "int8.scales" in node and set(node) <= {values, *(f"int8.{part}" for part in PARTS)}:

@@ -216,8 +216,10 @@ def packed_for_native(state: dict, native_lora: bool) -> dict:
     def pack(name, weight):
         if isinstance(weight, layer_forms.LayerForms):  # each form's stack, where the kernels serve them all
             kernels = (Int8Weight, native_ops.PackedWeight)  # a served cache's are packed already
-            if all(isinstance(stack, kernels) and native_ops.serves(stack) for stack in weight.stacks):
-                return weight.with_stacks(pack(name, stack) for stack in weight.stacks)
+            matrices = [matrix for stack in weight.stacks for matrix in layer_forms.matrices(stack)]
+            if all(isinstance(matrix, kernels) and native_ops.serves(matrix) for matrix in matrices):
+                return weight.with_stacks(layer_forms.each_matrix(lambda matrix: pack(name, matrix), stack)
+                                          for stack in weight.stacks)
             weight = layer_forms.one_form(weight)
         served = isinstance(weight, Int8Weight) or (native_lora and is_lora_weight(name))
         if not (served and native_ops.serves(weight)):

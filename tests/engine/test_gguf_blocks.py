@@ -206,6 +206,35 @@ def test_a_mixed_stack_keeps_each_layer_s_form_and_multiplies_by_it(inputs):
         assert error.max() <= PRODUCT_BOUND, (layer, error.max())
 
 
+def test_a_fused_matrix_of_parts_in_several_forms_keeps_each_part_s_form(inputs):
+    """q|k|v with a Q6_K attn_v beside Q4_K q and k (Q4_K_M's, in some layers) is held as
+    q|k in Q4_K beside v in Q6_K (not all of it in 6 bits), in a stack per form beside the
+    layers fused in Q4_K; each layer's product, at a traced index, is the float product over
+    its own parts' dequantized blocks, in q, k, v's order."""
+    from engine.device.weights import concatenated
+
+    shapes = {"q": (64, 512), "k": (32, 512), "v": (32, 512)}
+    layer_types = [{"q": Q.Q4_K, "k": Q.Q4_K, "v": Q.Q6_K}, {"q": Q.Q4_K, "k": Q.Q4_K, "v": Q.Q4_K}]
+    data = [{name: kept_weight(types[name], shapes[name], seed=20 + 3 * layer + index)
+             for index, name in enumerate(shapes)} for layer, types in enumerate(layer_types)]
+    fused = [layer_forms.joined([blocks_of(data[layer][name][0], types[name], shapes[name]) for name in shapes],
+                                lambda parts: concatenated(parts, 0)) for layer, types in enumerate(layer_types)]
+    stack = layer_forms.stacked_layers([jax.device_get(weight) for weight in fused])
+    assert stack.layers == ((0,), (1,))
+    assert [part.bits for part in stack.stacks[0].parts] == [4, 6] and stack.stacks[1].bits == 4
+    packed = stack.with_stacks(layer_forms.each_matrix(ops.packed, form) for form in stack.stacks)
+    product = jax.jit(lambda x, layer: layer_forms.linear(x, layer_forms.at_layer(packed, layer)))
+    x = np.random.default_rng(8).standard_normal((3, 512)).astype(np.float32)
+    for layer in range(2):
+        got = np.asarray(product(jnp.asarray(x), jnp.int32(layer)), np.float64)
+        for start, name, groups in ((0, "q", 16), (64, "k", 16), (96, "v", 32 if layer == 0 else 16)):
+            reference = data[layer][name][1]
+            rounded = inputs_as_read(x, packed.stacks[1], 512 // groups)
+            part = got[:, start:start + shapes[name][0]]
+            error = np.abs(part - rounded @ reference.T) / (np.abs(rounded) @ np.abs(reference).T)
+            assert error.max() <= PRODUCT_BOUND, (layer, name, error.max())
+
+
 ENGINE = EngineConfig(max_model_len=64, max_num_seqs=2, max_num_batched_tokens=32, page_size=4, num_pages=20)
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43]
 
@@ -320,11 +349,15 @@ def test_a_first_start_keeps_its_blocks_packed_and_the_next_serves_them_as_they_
     (entry,) = tmp_path.glob("*.safetensors")
     kept = served_cache.load(entry)
     projections = {name: kept["layers"][name] for name in ("wqkv", "wo", "w_gate_up", "w_down")}
-    stacks = [stack for weight in projections.values() for stack in getattr(weight, "stacks", [weight])]
+    stacks = [matrix for weight in projections.values() for stack in getattr(weight, "stacks", [weight])
+              for matrix in layer_forms.matrices(stack)]
     assert all(isinstance(weight, ops.PackedWeight) for weight in [*stacks, kept["embed"]])
-    # attn_v and ffn_down's Q6_K layer (0) and Q4_K layer (1): a packed stack each, as the file has them
-    assert kept["layers"]["w_down"].layers == kept["layers"]["wqkv"].layers == ((0,), (1,))
-    assert [stack.bits for stack in kept["layers"]["w_down"].stacks] == [6, 4]
+    # attn_v and ffn_down's Q6_K layer (0) and Q4_K layer (1): a packed stack each, as the file
+    # has them; layer 0's q|k|v as q|k in Q4_K beside v in Q6_K
+    down, qkv = kept["layers"]["w_down"], kept["layers"]["wqkv"]
+    assert down.layers == qkv.layers == ((0,), (1,))
+    assert [stack.bits for stack in down.stacks] == [6, 4]
+    assert [part.bits for part in qkv.stacks[0].parts] == [4, 6] and qkv.stacks[1].bits == 4
     second = Engine.from_model(str(q4_k_m_file), config, kept_in=tmp_path)
     assert jax.tree.structure(second.runner.state) == jax.tree.structure(first.runner.state)
     np.testing.assert_array_equal(second.runner.hidden_logits(rows), logits)
