@@ -8,9 +8,11 @@ served as 6-bit values with offsets in groups of 16: 7 bits a weight against the
 4.5, and 8% more of a 1B model's bytes read a token. So a stack of a GGUF file's blocks
 keeps a stack per form (`LayerForms`, made by `stacked_by_form`), and the native kernels'
 scan over the layers multiplies by the stack the layer's form names (`LayerOfForms`: a
-switch on the traced layer, engine/models/layers.py `linear`). Where the kernels do not
-read the layers (another backend, a build without them, an unrolled loop), the stacks are
-made one form again (`one_form`), as they were before.
+switch on the traced layer, engine/models/layers.py `linear`). A layer's fused q|k|v whose
+parts are in several forms (a Q6_K attn_v beside Q4_K q and k) keeps each run of one form as
+a part of its own (`RowParts`), multiplied part by part. Where the kernels do not read the
+layers (another backend, a build without them, an unrolled loop), the stacks are made one
+form again (`one_form`), as they were before.
 """
 
 from __future__ import annotations
