@@ -104,9 +104,8 @@ def _one_matrix(weight):
     """A layer's weight as one matrix: RowParts' parts made one form and concatenated."""
     if not isinstance(weight, RowParts):
         return weight
-    host = all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(weight))
-    join = (lambda *leaves: np.concatenate(leaves, axis=-2)) if host else (lambda *leaves: jnp.concatenate(leaves, -2))
-    return jax.tree.map(join, *alike(list(weight.parts)))
+    xp = _array_module(weight)
+    return jax.tree.map(lambda *leaves: xp.concatenate(leaves, axis=-2), *alike(list(weight.parts)))
 
 
 def _sliced(stack, index: int):
@@ -120,12 +119,15 @@ def _form_key(weight, rows: bool = True) -> tuple:
     return jax.tree.structure(weight), tuple((shape(leaf), np.dtype(leaf.dtype)) for leaf in jax.tree.leaves(weight))
 
 
+def _array_module(tree):
+    """NumPy where `tree`'s leaves are host arrays (the loader's), else jax.numpy (traced or placed)."""
+    return np if all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(tree)) else jnp
+
+
 def _stacked(weights: list):
-    """Weights of one form stacked on a new first axis, leaf by leaf (in NumPy where they are
-    host arrays, as the loader's are)."""
-    host = all(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(weights))
-    stack = (lambda *leaves: np.ascontiguousarray(np.stack(leaves))) if host else (lambda *leaves: jnp.stack(leaves))
-    return jax.tree.map(stack, *weights)
+    """Weights of one form stacked on a new first axis, leaf by leaf."""
+    xp = _array_module(weights)
+    return jax.tree.map(lambda *leaves: xp.stack(leaves), *weights)
 
 
 def several_forms(weights: list) -> bool:
@@ -144,9 +146,22 @@ def stacked_by_form(weights: list) -> LayerForms:
     return LayerForms(stacks=tuple(_stacked([weights[i] for i in held]) for held in layers), layers=layers)
 
 
-def stacked_layers(weights: list):
-    """Layers' weights stacked: by form where there are several (`stacked_by_form`), else in one (`alike`)."""
-    return stacked_by_form(weights) if several_forms(weights) else _stacked(alike(weights))
+def stacked_layers(weights: list, one_form_stack=None):
+    """Layers' weights stacked: by form where there are several (`stacked_by_form`), else by
+    `one_form_stack` (default: made one form, `alike`, and stacked)."""
+    if several_forms(weights):
+        return stacked_by_form(weights)
+    return one_form_stack(weights) if one_form_stack else _stacked(alike(weights))
+
+
+def packed_stacks(weight: LayerForms, pack) -> LayerForms | None:
+    """`weight` with each form's matrices packed by `pack` for the native kernels, or None
+    where the kernels do not serve every one (a served cache's are packed already)."""
+    kernels = (Int8Weight, native_ops.PackedWeight)
+    if not all(isinstance(matrix, kernels) and native_ops.serves(matrix)
+               for stack in weight.stacks for matrix in matrices(stack)):
+        return None
+    return weight.with_stacks(each_matrix(pack, stack) for stack in weight.stacks)
 
 
 def layer_of(weight, layer: int):

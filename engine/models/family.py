@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.device.integer_weight import alike
-from engine.device.layer_forms import several_forms, stacked_by_form
+from engine.device.layer_forms import stacked_layers
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ class TensorNames:
         """`name` read with `read(tensor)` and stacked over the layers (and each layer's
         experts, where the format keeps a tensor per expert) by `stack` (unless given, where a
         jitted caller stacks traced arrays with jnp.stack: `stacked_weights`, and over the
-        layers `stacked_layers`)."""
-        layers_stack = stack or stacked_layers
+        layers a stack per form where a GGUF file's blocks come in several, engine/device/
+        layer_forms.py `stacked_layers`)."""
+        layers_stack = stack or (lambda layers: stacked_layers(layers, stacked_weights))  # a stack per form
         stack = stack or stacked_weights
 
         def one_layer(index: int) -> np.ndarray:
@@ -101,12 +102,6 @@ class Family:
     gguf_norm_offset: float = 0.0
     # HF tensors some checkpoints carry that the model recomputes (loader/hf.py).
     hf_ignored_suffixes: tuple[str, ...] = field(default=("rotary_emb.inv_freq",))
-
-
-def stacked_layers(weights: list):
-    """Layers' weights stacked: a stack per form where they are a GGUF file's blocks in more
-    than one form (engine/device/layer_forms.py), else as `stacked_weights`."""
-    return stacked_by_form(weights) if several_forms(weights) else stacked_weights(weights)
 
 
 def stacked_weights(weights: list):

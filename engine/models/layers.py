@@ -215,11 +215,9 @@ def packed_for_native(state: dict, native_lora: bool) -> dict:
     they are laid out for the kernels (`native_lora`)."""
     def pack(name, weight):
         if isinstance(weight, layer_forms.LayerForms):  # each form's stack, where the kernels serve them all
-            kernels = (Int8Weight, native_ops.PackedWeight)  # a served cache's are packed already
-            matrices = [matrix for stack in weight.stacks for matrix in layer_forms.matrices(stack)]
-            if all(isinstance(matrix, kernels) and native_ops.serves(matrix) for matrix in matrices):
-                return weight.with_stacks(layer_forms.each_matrix(lambda matrix: pack(name, matrix), stack)
-                                          for stack in weight.stacks)
+            packed = layer_forms.packed_stacks(weight, lambda matrix: pack(name, matrix))
+            if packed is not None:
+                return packed
             weight = layer_forms.one_form(weight)
         served = isinstance(weight, Int8Weight) or (native_lora and is_lora_weight(name))
         if not (served and native_ops.serves(weight)):
