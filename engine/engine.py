@@ -28,7 +28,8 @@ from engine.host.faults import ERROR, failed_output
 from engine.host.grammar_masks import GrammarMasks
 from engine.host.output import OutputStage, speculation_counts
 from engine.host.request import SEED_MODULUS, Request, RequestOutput
-from engine.host.scheduler import Scheduler, SchedulerOutput
+from engine.host.scheduled import SchedulerOutput
+from engine.host.scheduler import Scheduler
 from engine.host.sequence import Sequence
 from engine.host.speculation import SpeculationConfig, follows_prediction
 from engine.host.validation import check_request

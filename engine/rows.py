@@ -18,7 +18,7 @@ from engine.host.embeddings import replaced_between
 from engine.host.grammar_masks import GrammarMasks
 from engine.host.request import SamplingParams
 from engine.host.routing_replay import replayed_between
-from engine.host.scheduler import ScheduledSequence
+from engine.host.scheduled import ScheduledSequence
 from engine.host.sequence import Sequence
 from engine.sampling import RowSampling
 from engine.text.reasoning import answer_words, banned_tokens, forced_token

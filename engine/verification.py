@@ -31,7 +31,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.device.runner import RowPlan, StepOutput
 from engine.host.block_manager import BlockManager
-from engine.host.scheduler import ScheduledSequence, SchedulerOutput
+from engine.host.scheduled import ScheduledSequence, SchedulerOutput
 from engine.host.sequence import Sequence
 from engine.host.speculation import SpeculationConfig, propose
 from engine.sampling import RowSampling

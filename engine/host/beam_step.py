@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from engine.host.beam_search import STOCHASTIC, Beam, BeamSearch, Candidate, beam_seed, candidate_row, cut_at_stop
 from engine.host.request import BeamResult, RequestOutput
-from engine.host.scheduler import Scheduler, SchedulerOutput
+from engine.host.scheduled import SchedulerOutput
+from engine.host.scheduler import Scheduler
 from engine.host.sequence import Sequence, SequenceStatus
 from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.tokenizer import Tokenizer

@@ -19,7 +19,7 @@ import dataclasses
 
 from engine.host.block_manager import BlockManager
 from engine.host.request import RequestOutput
-from engine.host.scheduler import ScheduledSequence, SchedulerOutput
+from engine.host.scheduled import ScheduledSequence, SchedulerOutput
 from engine.host.sequence import Sequence, SequenceStatus
 from engine.sampling.masks import stop_bans
 from engine.text.reasoning import steps_with_fixed_mask

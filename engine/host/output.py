@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.host.request import PromptTokenLogprob, Request, RequestOutput, SpeculationCounts, TokenLogprob
-from engine.host.scheduler import Scheduler, SchedulerOutput
+from engine.host.scheduled import SchedulerOutput
+from engine.host.scheduler import Scheduler
 from engine.host.sequence import Sequence
 from engine.text.reasoning import ANSWER, END, THOUGHT, ReasoningTrack
 from engine.text.stop_strings import StopScan

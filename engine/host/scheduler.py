@@ -14,61 +14,27 @@ default-tier ones: `waiting` holds the priority tier first, each tier with its p
 sequences first and then in arrival order; `running` holds the priority tier first, each
 tier in admission order. So `running[-1]` is always the least important running sequence.
 
-Each step, waiting priority sequences are promoted first: one that finds every sequence slot
-taken preempts the least important running sequence while that is of the default tier (and
-one whose LoRA adapter finds every adapter slot held preempts the default-tier holders of
-one), and joins `running` at the end of the priority tier (with its prefix-cache hits). Then
-running sequences go, in order. When one of them needs pages that are not free, the least
-important running sequence is preempted (its pages freed, back to the front of its tier in
-the queue, to be recomputed from prompt plus outputs), possibly itself. So a priority
-sequence takes the step's tokens and pages before any default-tier one, preempting
-default-tier sequences rather than wait, and a default-tier sequence never preempts a
-priority one. Then waiting sequences are admitted in order while the budgets and free pages
-last. Admission only ever takes free pages, so an arriving default-tier request never
-preempts a running one.
+Each step, waiting priority sequences are promoted first (engine/host/admission.py, the
+admission policy), joining `running` at the end of the priority tier. Then running sequences
+go, in order. When one of them needs pages that are not free, the least important running
+sequence is preempted (its pages freed, back to the front of its tier in the queue, to be
+recomputed from prompt plus outputs), possibly itself. So a priority sequence takes the
+step's tokens and pages before any default-tier one, preempting default-tier sequences
+rather than wait, and a default-tier sequence never preempts a priority one. Then waiting
+sequences are admitted in order while the budgets and free pages last (admission.py again).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.host.adapters import AdapterSlots
+from engine.host.admission import admit_waiting, promote_priority
 from engine.host.block_manager import BlockManager
 from engine.host.embeddings import chunk_within, replaced_between
+from engine.host.scheduled import SchedulerOutput, chunk_of
 from engine.host.sequence import Sequence, SequenceStatus
-
-
-@dataclass(frozen=True)
-class ScheduledSequence:
-    """One sequence's share of a step: tokens [start, start + num_new_tokens) of it."""
-
-    seq: Sequence
-    num_new_tokens: int
-    start: int  # seq.num_computed_tokens when scheduled: position of the first new token
-    needs_sample: bool  # the chunk reaches the end of seq's tokens, so the step samples one
-
-
-@dataclass
-class SchedulerOutput:
-    """What one step computes: `scheduled` in a stable order (running, then newly admitted)."""
-
-    scheduled: list[ScheduledSequence] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)  # lost their pages this step
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(item.num_new_tokens for item in self.scheduled)
-
-    @property
-    def sampled(self) -> list[ScheduledSequence]:
-        """The scheduled rows that sample a token this step, in scheduled order."""
-        return [item for item in self.scheduled if item.needs_sample]
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
 
 
 class Scheduler:
@@ -147,13 +113,13 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """Pick this step's chunks, growing running sequences first, then admitting waiting ones."""
         output = SchedulerOutput()
-        self._promote_priority(output)
+        promote_priority(self, output)
         budget = self._schedule_running(output)
         # After a preemption pages are short: admitting now would only be preempted again.
         if not output.preempted:
-            self._schedule_waiting(output, budget)
+            admit_waiting(self, output, budget)
         while output.is_empty and self.waiting and self._release_idle():
-            self._schedule_waiting(output, budget)
+            admit_waiting(self, output, budget)
         return output
 
     def update(self, output: SchedulerOutput, sampled_token_ids: list[int]) -> list[Sequence]:
@@ -207,9 +173,9 @@ class Scheduler:
 
     def requeue(self, seq: Sequence) -> None:
         """Free a running sequence's pages and queue it first in its tier, to be recomputed."""
-        self._stop_running(seq, first=True)
+        self.stop_running(seq, first=True)
 
-    def _stop_running(self, seq: Sequence, first: bool) -> None:
+    def stop_running(self, seq: Sequence, first: bool) -> None:
         """Free running `seq`'s pages and adapter slot, and queue it again (first in its tier,
         or last) to be recomputed."""
         self.running.remove(seq)
@@ -227,7 +193,7 @@ class Scheduler:
         else:
             self.waiting.insert(num_priority if first else len(self.waiting), seq)
 
-    def _start(self, seq: Sequence) -> None:
+    def start(self, seq: Sequence) -> None:
         """Run `seq`, admitted: last of its tier in `running`."""
         seq.status = SequenceStatus.RUNNING
         self.running.insert(self._num_priority(self.running) if seq.priority else len(self.running), seq)
@@ -242,49 +208,6 @@ class Scheduler:
             count += 1
         return count
 
-    def _promote_priority(self, output: SchedulerOutput) -> None:
-        """Admit the waiting priority sequences, with their prefix-cache hits, preempting
-        default-tier sequences for what each lacks: a LoRA adapter slot (the holders of the
-        least recently used slot that no priority sequence holds) and a sequence slot (the
-        least important running sequences). One that priority sequences leave no room for
-        waits, and the next priority one may still go. Pages come after: `_schedule_running`
-        reserves them, preempting default-tier sequences first (`_reserve`), so a promoted
-        sequence is computed in this very step."""
-        index = 0
-        while index < len(self.waiting) and self.waiting[index].priority:
-            seq = self.waiting[index]
-            if not (self._free_adapter_slot(seq, output) and self._free_sequence_slot(output)):
-                index += 1  # held by priority sequences: it waits, and the next priority one may go
-                continue
-            del self.waiting[index]
-            self.adapters.acquire(seq)
-            num_cached = self.block_manager.allocate(seq)
-            if seq.num_preemptions == 0:
-                seq.num_cached_tokens = num_cached
-            self._start(seq)
-
-    def _free_adapter_slot(self, seq: Sequence, output: SchedulerOutput) -> bool:
-        """Whether `seq`'s adapter has a slot or can take one, once the default-tier
-        sequences holding the least recently used slot that only they hold are preempted."""
-        if self.adapters.can_acquire(seq):
-            return True
-        for slot in self.adapters.slots_by_recency():
-            holders = [other for other in self.running if other.adapter_slot == slot]
-            if not any(other.priority for other in holders):
-                for holder in holders:
-                    self._stop_running(holder, first=True)
-                    output.preempted.append(holder)
-                return True
-        return False
-
-    def _free_sequence_slot(self, output: SchedulerOutput) -> bool:
-        """Whether a sequence slot is free, once default-tier sequences are preempted for one."""
-        while len(self.running) >= self.max_num_seqs:
-            if self.running[-1].priority:
-                return False  # every slot holds a priority sequence
-            output.preempted.append(self._preempt(self.running[-1]))
-        return True
-
     def _release_idle(self) -> bool:
         """Free the pages of the newest idle sequence, queued last: a beam that has proposed
         its candidates and waits for the rest of its search (engine/host/beam_search.py). Called
@@ -293,7 +216,7 @@ class Scheduler:
         idle = next((seq for seq in reversed(self.running) if seq.num_uncomputed_tokens == 0), None)
         if idle is None:
             return False
-        self._stop_running(idle, first=False)
+        self.stop_running(idle, first=False)
         return True
 
     def _schedule_running(self, output: SchedulerOutput) -> int:
@@ -302,14 +225,14 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
-            wanted = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
-            if wanted == 0 or (wanted > 1 and self._num_chunks(output) >= self.max_prefill_rows):
+            wanted = self.fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
+            if wanted == 0 or (wanted > 1 and output.num_chunks >= self.max_prefill_rows):
                 index += 1  # a prompt chunk waits for a step with room for one
                 continue
             num_new = self._reserve(seq, wanted, output)
             if num_new == 0:  # seq itself was preempted; it was the last one running
                 break
-            output.scheduled.append(self._chunk(seq, num_new))
+            output.scheduled.append(chunk_of(seq, num_new))
             budget -= num_new
             index += 1
         return budget
@@ -324,63 +247,26 @@ class Scheduler:
         manager = self.block_manager
         while not manager.can_append(seq, num_new):
             if self.running[-1] is not seq:
-                output.preempted.append(self._preempt(self.running[-1]))
+                output.preempted.append(self.preempt(self.running[-1]))
                 continue
             num_new = min(num_new, manager.num_appendable_tokens(seq))
             if num_new <= 0:
-                output.preempted.append(self._preempt(seq))
+                output.preempted.append(self.preempt(seq))
                 return 0
         manager.append(seq, num_new)
         return num_new
 
-    def _preempt(self, seq: Sequence) -> Sequence:
+    def preempt(self, seq: Sequence) -> Sequence:
         """Free the pages of the least important running `seq`; it waits first in its tier's
         line to be recomputed."""
         assert self.running[-1] is seq
-        self._stop_running(seq, first=True)
+        self.stop_running(seq, first=True)
         return seq
 
-    def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
-        """Admit waiting sequences in order while tokens, sequence slots and free pages last.
-        One whose LoRA adapter finds every adapter slot held by others is passed over, to
-        wait for a slot while the sequences behind it are admitted (engine/host/adapters.py)."""
-        manager = self.block_manager
-        index = 0
-        while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[index]
-            if min(seq.num_uncomputed_tokens, budget) > 1 and self._num_chunks(output) >= self.max_prefill_rows:
-                break
-            if not self.adapters.can_acquire(seq):
-                index += 1
-                continue
-            num_cached = manager.allocate(seq)
-            num_new = self._fit_embeddings(seq, min(seq.num_uncomputed_tokens, budget), output)
-            if num_new == 0 or not manager.can_append(seq, num_new):
-                manager.free(seq)  # give the prefix-cache hits back; wait for pages
-                break
-            self.adapters.acquire(seq)  # only now: a sequence that waits for pages evicts no adapter
-            manager.append(seq, num_new)
-            del self.waiting[index]
-            if seq.num_preemptions == 0:
-                seq.num_cached_tokens = num_cached
-            self._start(seq)
-            output.scheduled.append(self._chunk(seq, num_new))
-            budget -= num_new
-
-    def _fit_embeddings(self, seq: Sequence, wanted: int, output: SchedulerOutput) -> int:
+    def fit_embeddings(self, seq: Sequence, wanted: int, output: SchedulerOutput) -> int:
         """`wanted` tokens of `seq`, fewer where its replaced embeddings would overflow the
         step's embedding rows (engine/host/embeddings.py); 0 when not one more fits."""
         if not seq.embeddings:
             return wanted
         used = sum(len(replaced_between(item.seq, item.start, item.num_new_tokens)) for item in output.scheduled)
         return chunk_within(seq, seq.num_computed_tokens, wanted, self.max_embedding_rows - used)
-
-    @staticmethod
-    def _num_chunks(output: SchedulerOutput) -> int:
-        """Rows of several tokens scheduled so far this step."""
-        return sum(item.num_new_tokens > 1 for item in output.scheduled)
-
-    @staticmethod
-    def _chunk(seq: Sequence, num_new: int) -> ScheduledSequence:
-        needs_sample = seq.needs_sample_after(num_new)
-        return ScheduledSequence(seq, num_new, seq.num_computed_tokens, needs_sample)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.host.request import RequestOutput
-from engine.host.scheduler import SchedulerOutput
+from engine.host.scheduled import SchedulerOutput
 from engine.host.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:

@@ -140,7 +140,7 @@ def test_preemption_under_page_pressure_changes_nothing(tiny_engine_factory, eng
     tight = tiny_engine_factory(dataclasses.replace(CONFIG, max_model_len=40, num_pages=11,
                                                     enable_prefix_caching=False))
     recomputed = []
-    for name in ("_preempt", "requeue", "_release_idle"):
+    for name in ("preempt", "requeue", "_release_idle"):
         original = getattr(tight.scheduler, name)
         monkeypatch.setattr(tight.scheduler, name,
                             lambda *seq, original=original: recomputed.append(seq) or original(*seq))

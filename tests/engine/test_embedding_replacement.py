@@ -72,7 +72,7 @@ def run(engine, request: Request, *, preempt_after: int | None = None) -> tuple[
             cached = output.num_cached_tokens
         steps += 1
         if steps == preempt_after:  # (the engine runs no step ahead: overlap_steps is off)
-            engine.scheduler._preempt(seq)
+            engine.scheduler.preempt(seq)
     assert seq.num_preemptions == (preempt_after is not None)
     return tokens, logits, cached
 

@@ -11,7 +11,8 @@ import pytest
 from engine.config import EngineConfig
 from engine.host.block_manager import BlockManager
 from engine.host.request import SamplingParams, StopCriteria
-from engine.host.scheduler import Scheduler, SchedulerOutput
+from engine.host.scheduled import SchedulerOutput
+from engine.host.scheduler import Scheduler
 from engine.host.sequence import Sequence, SequenceStatus
 
 

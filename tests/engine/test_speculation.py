@@ -181,8 +181,8 @@ def test_drafts_under_page_pressure_give_the_same_output(optimized_engine, monke
     stop = StopCriteria(max_tokens=60, ignore_eos=True)
     expected = run(plain, requests(vocab, stop))
     preempted = []
-    preempt = engine.scheduler._preempt
-    monkeypatch.setattr(engine.scheduler, "_preempt", lambda seq: preempted.append(seq) or preempt(seq))
+    preempt = engine.scheduler.preempt
+    monkeypatch.setattr(engine.scheduler, "preempt", lambda seq: preempted.append(seq) or preempt(seq))
     produced = run(engine, predicted(requests(vocab, stop), expected))
     assert_same(produced, expected)
     assert preempted, "no sequence was preempted: the test needs fewer pages"
