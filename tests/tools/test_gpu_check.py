@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 
 STEPS = ("environment", "wheels", "kernel tests", "engine parity", "serve", "benchmark", "report")
 
@@ -32,7 +31,7 @@ def test_dry_run_names_every_step_and_runs_nothing(tmp_path):
     for name in STEPS:
         assert f"step: {name}" in result.stdout
     assert "FLINT_KERNEL_MODE=compiled" in result.stdout and "--noconftest" in result.stdout
-    assert f"tools/gpu_bench.py --out {out}" in result.stdout
+    assert f"-m tools.gpu.bench --out {out}" in result.stdout
     assert not out.exists()
 
 
@@ -44,9 +43,9 @@ def test_a_failing_step_fails_the_script_and_the_next_steps_still_run(tmp_path):
 
 
 def test_benchmark_smoke_records_every_figure(tmp_path):
-    from gpu_bench import SETTINGS, metric_keys
+    from tools.gpu.bench import SETTINGS, metric_keys
 
-    result = run(sys.executable, "tools/gpu_bench.py", "--smoke", "--out", str(tmp_path))
+    result = run(sys.executable, "-m", "tools.gpu.bench", "--smoke", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "gpu_check.json").read_text())
     assert "errors" not in record
@@ -65,7 +64,7 @@ def test_benchmark_smoke_records_every_figure(tmp_path):
 
 
 def test_trace_summary_partitions_the_step_by_priority():
-    from gpu_trace import categorise, hlo_categories, sweep
+    from tools.gpu.trace import categorise, hlo_categories, sweep
 
     hlo = """HloModule step
 %fused_dot (p0: f32[4,4], p1: f32[4,4]) -> f32[4,4] {
@@ -90,7 +89,7 @@ ENTRY %main (a: f32[4,4]) -> f32[4,4] {
 
 
 def test_engine_parity_passes_cpu_against_cpu(tmp_path):
-    result = run(sys.executable, "tools/gpu_parity.py", "--platform", "cpu", "--out", str(tmp_path / "parity.json"))
+    result = run(sys.executable, "-m", "tools.gpu.parity", "--platform", "cpu", "--out", str(tmp_path / "parity.json"))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     parity = json.loads((tmp_path / "parity.json").read_text())
     assert parity["passed"] and parity["greedy_device"] == parity["greedy_cpu"]
@@ -100,11 +99,11 @@ def test_engine_parity_passes_cpu_against_cpu(tmp_path):
 
 
 def test_serve_smoke_answers_every_check(tmp_path):
-    from gpu_serve import CHECKS
+    from tools.gpu.serve import CHECKS
 
     from engine.device import native
 
-    result = run(sys.executable, "tools/gpu_serve.py", "--smoke", "--out", str(tmp_path / "serve.json"), timeout=300)
+    result = run(sys.executable, "-m", "tools.gpu.serve", "--smoke", "--out", str(tmp_path / "serve.json"), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     serve = json.loads((tmp_path / "serve.json").read_text())
     assert serve["passed"] and serve["dtype"] == "float32"

@@ -41,9 +41,9 @@ def test_the_default_shape_is_llama_3_2_1b_s_size():
 
 
 def test_llama_quantize_is_built_with_llama_server_and_writes_beside_its_source(tmp_path, monkeypatch):
-    """tools/llama_server.py: one build makes both targets; `quantized_gguf` runs the quantizer
+    """tools/bench/llama_server.py: one build makes both targets; `quantized_gguf` runs the quantizer
     once, into NAME-Q4_K_M.gguf beside the source (here a stand-in that copies its input)."""
-    import llama_server
+    import tools.bench.llama_server as llama_server
 
     (build,) = [command for command in llama_server.build_commands(tmp_path, 2) if "--build" in command]
     assert {"llama-server", "llama-quantize"} <= set(build)

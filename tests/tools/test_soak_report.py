@@ -1,4 +1,4 @@
-"""tools/soak_report.py's checks on the server's /metrics, without a server: a program compiled
+"""tools/soak/report.py's checks on the server's /metrics, without a server: a program compiled
 while any request of the soak ran fails it (warm-up or load), as does a /metrics without the
 count."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.soak_report import COMPILED, RSS, Report
+from tools.soak.report import COMPILED, RSS, Report
 
 MB = 1024 * 1024
 

@@ -7,7 +7,7 @@ HTTP and SSE included, and not the engines alone. The turns alternate (Flint, ll
 Flint, ...) and each figure is the best of its rounds, since a shared machine only ever
 makes a run slower.
 
-llama-server is found or built by tools/llama_server.py; tools/server_process.py starts,
+llama-server is found or built by tools/bench/llama_server.py; tools/bench/server_process.py starts,
 watches and stops the servers.
 """
 
@@ -30,11 +30,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench_serve_report import SERVERS, print_report, summarize
+from tools.bench.serve_report import SERVERS, print_report, summarize
 from engine.config import usable_cores
 from engine.loader.source import resolve_model
-from llama_server import LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version
-from server_process import Server, failure_log, free_port, resident_bytes, start_server, wait_for_log
+from tools.bench.llama_server import LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version
+from tools.bench.server_process import Server, failure_log, free_port, resident_bytes, start_server, wait_for_log
 
 
 def flint_command(args: argparse.Namespace, port: int, data_dir: Path) -> list[str]:
@@ -245,7 +245,7 @@ def run_serve_benchmark(args: argparse.Namespace) -> None:
     summary = summarize(args, servers, results, model=source.path.name, setup=header, cold_start=cold_start)
     print_report(summary)
     if args.plot:
-        from bench_plot import save_plots
+        from tools.bench.plot import save_plots
 
         for path in save_plots(summary, args.plot):
             print(f"wrote {path}")

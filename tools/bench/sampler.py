@@ -8,7 +8,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from bench import best_seconds
+from tools.bench.roofline import best_seconds
 
 from engine.sampling import empty_sampling_arrays, sample
 from engine.sampling.masks import pack_banned

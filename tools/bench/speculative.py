@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from bench_serve import start_one
+from tools.bench.serve import start_one
 from engine.loader.source import resolve_model
-from server_process import failure_log, stop_server
+from tools.bench.server_process import failure_log, stop_server
 
 PARAGRAPHS = [
     ("The old lighthouse stood at the edge of the cliff, its white paint peeling in the salt wind. Every "
@@ -98,7 +98,7 @@ def server_round(args, stack, scratch: Path, flint_args: str, modes: list[str], 
 
 
 def run_speculative_benchmark(args: argparse.Namespace) -> None:
-    from bench import cpu_name
+    from tools.bench.roofline import cpu_name
 
     results: dict[str, list[float]] = {}
     expected: dict[int, str] = {}

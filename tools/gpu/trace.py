@@ -1,5 +1,5 @@
 """Where one decode step's device time goes: a jax.profiler trace, summed into attention,
-matmuls, sampling, copies, other and idle (for tools/gpu_bench.py).
+matmuls, sampling, copies, other and idle (for tools/gpu/bench.py).
 
 The trace (`create_perfetto_trace=True`: a Perfetto JSON file, read with the standard
 library) names each device op by its HLO instruction (`hlo_op`) or, for GPU kernels that
@@ -192,7 +192,7 @@ def decode_step(runner, rows: int, context: int, num_steps: int = 1):
     holds pages."""
     import jax
     import numpy as np
-    from profile_step import greedy_rows
+    from tools.profile_step import greedy_rows
 
     from engine.device.sharding import replicated
 

@@ -11,7 +11,7 @@ process of `--peer-python` (a Python with sentence-transformers and torch: they 
 dependency of Flint's), with torch's threads at the machine's cores. Both sides' vectors of
 the first batch are compared (the least cosine is printed), so the two computed the same thing.
 With `--servers`, Flint's server is also measured against llama.cpp's llama-server through
-HTTP (tools/bench_embed_servers.py).
+HTTP (tools/bench/embed_servers.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -30,12 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_embed_servers import print_server_table, server_rates  # noqa: E402
-from engine.device.encoder_runner import EncoderInput, EncoderRunner  # noqa: E402
-from engine.loader.sentence_transformers import EMBEDDED_EMBEDDER_ID, embedded_embedder_path, load_encoder  # noqa: E402
-from llama_server import converted_gguf  # noqa: E402
+from tools.bench.embed_servers import print_server_table, server_rates
+from engine.device.encoder_runner import EncoderInput, EncoderRunner
+from engine.loader.sentence_transformers import EMBEDDED_EMBEDDER_ID, embedded_embedder_path, load_encoder
+from tools.bench.llama_server import converted_gguf
 
 WORDS = ("the of and to in is was for on that with as by at from it his an were are which this be or has had "
          "not but first one their its new after who they have her she two been other when there all during into "

@@ -25,7 +25,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def offline_benchmark(args: argparse.Namespace) -> None:
-    from bench_serve import ordinary_tokens, prompts
+    from tools.bench.serve import ordinary_tokens, prompts
     from engine.loader.source import resolve_model
 
     gguf = resolve_model(None).path
@@ -65,9 +65,9 @@ def offline_rate(args: argparse.Namespace, llm, ids: list[list[int]]) -> float:
 
 
 def served_rate(args: argparse.Namespace, ids: list[list[int]]) -> float:
-    from bench_serve import closed_loop, completion_body
+    from tools.bench.serve import closed_loop, completion_body
     from engine.loader.source import resolve_model
-    from server_process import free_port, start_server, wait_for_log
+    from tools.bench.server_process import free_port, start_server, wait_for_log
 
     with TemporaryDirectory() as scratch, ExitStack() as stack:
         port = free_port()

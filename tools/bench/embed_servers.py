@@ -1,6 +1,6 @@
 """Embeddings per second through HTTP, for tools/bench.py embed --servers: Flint's
 `flint serve --embedding-model` against llama.cpp's `llama-server --embedding` on a GGUF of
-the same checkpoint, made by llama.cpp's own converter (tools/llama_server.py
+the same checkpoint, made by llama.cpp's own converter (tools/bench/llama_server.py
 `converted_gguf`: float32, as Flint serves it).
 
 The servers run one at a time (neither shares the machine with the other), each sent the
@@ -22,8 +22,8 @@ import httpx
 import numpy as np
 
 from engine.config import usable_cores
-from llama_server import find_llama_server, llama_server_env, llama_server_version
-from server_process import free_port, start_server, wait_for_log
+from tools.bench.llama_server import find_llama_server, llama_server_env, llama_server_version
+from tools.bench.server_process import free_port, start_server, wait_for_log
 
 START_TIMEOUT = 600.0
 

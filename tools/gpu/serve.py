@@ -1,7 +1,7 @@
 """`flint serve` on the accelerator, driven over HTTP with the `openai` SDK (tools/gpu_check.sh).
 
-    python3 tools/gpu_serve.py [--tokenizer DIR] [--out gpu_serve.json]   on a GPU, bfloat16
-    python3 tools/gpu_serve.py --smoke [--out FILE]                       on the CPU, float32 (tests)
+    python3 -m tools.gpu.serve [--tokenizer DIR] [--out gpu_serve.json]   on a GPU, bfloat16
+    python3 -m tools.gpu.serve --smoke [--out FILE]                       on the CPU, float32 (tests)
 
 The embedded GGUF is larger than what a device run may carry, so the model is a small random
 Llama written here: SmolLM2's tokenizer (carried as files, which tools/gpu_wheels.sh writes to
@@ -28,12 +28,10 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+ROOT = Path(__file__).resolve().parents[2]
 
-import httpx  # noqa: E402
-from server_process import free_port, start_server  # noqa: E402
+import httpx
+from tools.bench.server_process import free_port, start_server
 
 MODEL_ID = "gpu-serve-tiny"
 # Three buckets (1, 4 and 8 tokens): few compiles. Four sequences hold the three beams.

@@ -1,7 +1,7 @@
 """The GPU benchmark of issue 13 on a Llama-3-8B-shaped model with random bfloat16 weights.
 
-    python3 tools/gpu_bench.py [--out DIR]          the 8B shape (on a GPU: about 20 GB)
-    python3 tools/gpu_bench.py --smoke [--out DIR]  a tiny shape, on the CPU in seconds (tests)
+    python3 -m tools.gpu.bench [--out DIR]          the 8B shape (on a GPU: about 20 GB)
+    python3 -m tools.gpu.bench --smoke [--out DIR]  a tiny shape, on the CPU in seconds (tests)
 
 In one run, each figure against what the same run measured of the machine:
 - copy bandwidth: a large device-to-device copy, bytes read plus written, median of several;
@@ -9,17 +9,17 @@ In one run, each figure against what the same run measured of the machine:
   (bytes of weights and KV read per step over that bandwidth), as a percentage; the same
   for the device alone (a compiled window of decode steps, no host in between);
 - throughput (output tokens/s over the whole run) at each concurrency, 128 prompt and 128
-  output tokens each, as tools/bench_engine.py measures it;
+  output tokens each, as tools/bench/in_engine.py measures it;
 - time to first token of a 2,048-token prompt;
 - a jax.profiler trace of one decode step at 1 and at the largest concurrency: the shares
-  of attention, matmuls, sampling, copies, other and idle (tools/gpu_trace.py). Copies over
+  of attention, matmuls, sampling, copies, other and idle (tools/gpu/trace.py). Copies over
   MAX_COPY_PCT of a step fail the run: every layer's weights were once copied at every step;
 - the layers' matmuls alone (the first 8 layers) through each form of the layer loop, a scan,
   static slices of stacks and arrays of their own, inside a loop of rounds as the engine's
   step, at 1 and at the largest concurrency, against reading their weights once
-  (tools/gpu_layer_loop.py);
+  (tools/gpu/layer_loop.py);
 - the attention kernel alone on decode steps of 1 and 256 sequences at contexts of 512 and
-  4,096, in GB/s of keys and values read (tools/gpu_attention.py).
+  4,096, in GB/s of keys and values read (tools/gpu/attention.py).
 It writes DIR/gpu_check.json and DIR/gpu_check.md after every figure (a run cut short keeps
 what it measured) and the traces as DIR/profile_ROWS.json.gz (Perfetto's JSON). DIR is
 $OUT when set, else ./gpu-check-out.
@@ -37,23 +37,21 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gpu_attention  # noqa: E402
-import gpu_layer_loop  # noqa: E402
-import gpu_report  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from bench import timed_calls  # noqa: E402
-from bench_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run  # noqa: E402
-from gpu_models import SHAPES, kv_bytes_per_token, random_engine, served_bytes  # noqa: E402
-from gpu_trace import decode_step, profile_decode  # noqa: E402
+import tools.gpu.attention as gpu_attention
+import tools.gpu.layer_loop as gpu_layer_loop
+import tools.gpu.report as gpu_report
+import jax
+import numpy as np
+from tools.bench.roofline import timed_calls
+from tools.bench.in_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run
+from tools.gpu.models import SHAPES, kv_bytes_per_token, random_engine, served_bytes
+from tools.gpu.trace import decode_step, profile_decode
 
-from engine.device.compile_cache import compilation_cache_dir, use_compilation_cache  # noqa: E402
-from engine.device.sharding import make_mesh, param_shardings  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.models.params import param_specs, random_device_params  # noqa: E402
+from engine.device.compile_cache import compilation_cache_dir, use_compilation_cache
+from engine.device.sharding import make_mesh, param_shardings
+from engine.engine import Engine
+from engine.models.params import param_specs, random_device_params
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ def copy_bandwidth(num_bytes: int, repeats: int) -> float:
 
 
 def engine_args(settings: Settings) -> argparse.Namespace:
-    """The fields tools/bench_engine.py's helpers read."""
+    """The fields tools/bench/in_engine.py's helpers read."""
     return argparse.Namespace(concurrency=list(settings.concurrency), prompt_tokens=settings.prompt_tokens,
                               output_tokens=settings.output_tokens, ttft_prompt_tokens=settings.ttft_prompt_tokens,
                               dtype=settings.dtype)
@@ -326,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = SETTINGS["tiny" if args.smoke else "llama3-8b"]
     if args.buckets:
         settings = dataclasses.replace(settings, token_buckets=tuple(sorted(args.buckets)))
-    command = shlex.join(["python3", "tools/gpu_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(["python3", "-m", "tools.gpu.bench", *(argv if argv is not None else sys.argv[1:])])
     record = run(settings, args.out, command)
     print(gpu_report.markdown(record))
     return 1 if record.get("errors") else 0

@@ -1,6 +1,6 @@
 """The GPU check's record: gpu_check.json and the Markdown table gpu_check.md beside it.
 
-    python3 tools/gpu_report.py DIR    fold DIR/steps.tsv (tools/gpu_check.sh's step results)
+    python3 -m tools.gpu.report DIR    fold DIR/steps.tsv (tools/gpu_check.sh's step results)
                                        and DIR/gpu_parity.json into DIR/gpu_check.json (the
                                        benchmark's, when it ran) and write both files again
 
@@ -64,7 +64,7 @@ def markdown(record: dict) -> str:
                      f"| {code(step['command'])} |")
     parity = record.get("parity")
     if parity:
-        command = code("python3 tools/gpu_parity.py")
+        command = code("python3 -m tools.gpu.parity")
         lines.append(f"| parity: bf16 logits, relative L2 against CPU float32 | {parity['bf16_logits_rel_l2']:.2e} "
                      f"| < {parity['tolerance']} | {device} | {date} | {command} |")
         lines.append(f"| parity: greedy float32 tokens equal to the CPU's | {parity['greedy_tokens_equal']}/"
@@ -74,7 +74,7 @@ def markdown(record: dict) -> str:
         for name, check in serve["checks"].items():
             lines.append(f"| serve ({serve['dtype']}): {name} | {'pass' if check['passed'] else 'FAIL'}: "
                          f"{check['detail'].replace('|', '/')[:120]} | pass | {device} | {date} "
-                         f"| {code('python3 tools/gpu_serve.py')} |")
+                         f"| {code('python3 -m tools.gpu.serve')} |")
     for name, error in record.get("errors", {}).items():
         lines.append(f"| error in {name} | {error.replace('|', '/')[:200]} | none | {device} | {date} "
                      f"| {code(record.get('command', ''))} |")

@@ -1,4 +1,4 @@
-"""The attention kernel's decode time alone, against the bytes it must read (for tools/gpu_bench.py).
+"""The attention kernel's decode time alone, against the bytes it must read (for tools/gpu/bench.py).
 
 A decode step of `rows` sequences at `context` cached tokens reads each sequence's keys and
 values once: rows x context x kv_heads x head_dim x 2 (keys, values) x the cache's bytes per
@@ -37,7 +37,7 @@ def decode_case(rows: int, context: int, num_heads: int, num_kv: int, head_dim: 
 def time_decode_attention(rows: int, context: int, num_heads: int, num_kv: int, head_dim: int, page_size: int,
                           dtype, repeats: int, on_gpu: bool) -> tuple[float, float]:
     """(milliseconds of one call, GB/s of keys and values read) for one layer's decode step."""
-    from bench import timed_calls
+    from tools.bench.roofline import timed_calls
 
     q, k_cache, v_cache, token_rows, positions, tables = decode_case(rows, context, num_heads, num_kv, head_dim,
                                                                     page_size, dtype)

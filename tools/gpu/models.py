@@ -1,4 +1,4 @@
-"""Random-weight models for the GPU check (tools/gpu_parity.py, tools/gpu_bench.py).
+"""Random-weight models for the GPU check (tools/gpu/parity.py, tools/gpu/bench.py).
 
 The model shapes the check runs, a mesh on a chosen platform, a word-level tokenizer over
 any vocabulary (the engine detokenizes every token it samples, and a random model's ids

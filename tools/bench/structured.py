@@ -20,9 +20,9 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench_serve import closed_loop, completion_body, ordinary_tokens, prompts, start_one, warm_up
+from tools.bench.serve import closed_loop, completion_body, ordinary_tokens, prompts, start_one, warm_up
 from engine.loader.source import resolve_model
-from server_process import failure_log
+from tools.bench.server_process import failure_log
 
 # Always longer than any token limit used here: 500 numbers of up to three digits.
 LONG_SCHEMA = {"type": "object", "properties": {"readings": {
@@ -48,7 +48,7 @@ def measure(args, server, model_id: str, tokens, round_index: int, kind: str) ->
 
 
 def run_structured_benchmark(args: argparse.Namespace) -> None:
-    from bench import cpu_name
+    from tools.bench.roofline import cpu_name
 
     source = resolve_model(args.model)
     tokens = ordinary_tokens(source.path)

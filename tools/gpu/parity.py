@@ -1,9 +1,9 @@
 """Engine parity on a tiny random Llama: the accelerator against the CPU, through ModelRunner
 and the whole Engine.
 
-    python3 tools/gpu_parity.py [--platform gpu|cpu] [--out gpu_parity.json]
+    python3 -m tools.gpu.parity [--platform gpu|cpu] [--out gpu_parity.json]
 
-Two checks, each on the same random weights (tools/gpu_models.py TINY, head_dim 64 so that
+Two checks, each on the same random weights (tools/gpu/models.py TINY, head_dim 64 so that
 `auto` takes the Mosaic GPU kernel on a GPU in bfloat16):
 - logits: prompts of ragged lengths in two prefill chunks and a decode step, bfloat16 on
   `--platform` against float32 on the CPU; relative L2 error under LOGITS_TOLERANCE.
@@ -22,17 +22,15 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from gpu_models import TINY, platform_mesh, random_engine  # noqa: E402
+import jax
+import numpy as np
+from tools.gpu.models import TINY, platform_mesh, random_engine
 
-from engine.config import EngineConfig  # noqa: E402
-from engine.device.runner import ModelRunner, RowPlan  # noqa: E402
-from engine.host.request import Request, SamplingParams, StopCriteria  # noqa: E402
-from engine.models.params import random_params  # noqa: E402
+from engine.config import EngineConfig
+from engine.device.runner import ModelRunner, RowPlan
+from engine.host.request import Request, SamplingParams, StopCriteria
+from engine.models.params import random_params
 
 # bfloat16 keeps 8 significant bits (a relative rounding of 2^-9, about 2e-3) and rounds
 # weights, activations and the KV cache at every matmul of two layers and the head; the

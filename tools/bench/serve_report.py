@@ -1,7 +1,7 @@
 """The results of tools/bench.py serve: one summary, as plain JSON values, and the Markdown
 report printed from it.
 
-The printed tables, results.json and the plots (tools/bench_plot.py) all read the same
+The printed tables, results.json and the plots (tools/bench/plot.py) all read the same
 summary, so they can never disagree, and a saved summary can be plotted again without
 running the benchmark.
 """
@@ -40,7 +40,7 @@ def summarize(args: argparse.Namespace, servers: dict, results: dict[str, list[d
               setup: str, cold_start: float) -> dict:
     """The run's record: each server's best figures over the rounds (`results[name]` holds a
     turn per round: concurrency -> Run, and "ttft" -> seconds), the load and the machine."""
-    from bench import cpu_name
+    from tools.bench.roofline import cpu_name
 
     return {"model": model, "setup": setup, "machine": cpu_name(),
             "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",

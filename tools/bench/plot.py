@@ -1,9 +1,9 @@
 """Figures of tools/bench.py serve: throughput and time to first token against concurrency,
-Flint beside llama-server, drawn from the run's summary (tools/bench_serve_report.py).
+Flint beside llama-server, drawn from the run's summary (tools/bench/serve_report.py).
 
     python tools/bench.py serve --plot DIR     runs the benchmark, then writes DIR/results.json,
                                                DIR/throughput.png and DIR/ttft.png
-    python tools/bench_plot.py DIR/results.json [--out DIR]
+    python -m tools.bench.plot DIR/results.json [--out DIR]
                                                draws the figures again from a saved run
 
 matplotlib (in the `bench` and `dev` extras) is imported only here, and only when drawing,

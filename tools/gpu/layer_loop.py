@@ -1,4 +1,4 @@
-"""The layers' matmuls alone, read through each form of the layer loop (for tools/gpu_bench.py).
+"""The layers' matmuls alone, read through each form of the layer loop (for tools/gpu/bench.py).
 
 engine/models/llama.py loops over the layers as a `lax.scan` over stacked weights (the CPU's
 form), or unrolled over weights stored one array per layer (the GPU's), and takes the form
@@ -68,7 +68,7 @@ def per_layer_weights(engine) -> list[dict]:
 def time_layer_loops(engine, rows: tuple[int, ...], repeats: int) -> dict[str, float]:
     """{"layers_FORM_compile_s", "layers_FORM_ROWS_ms"} for each form and row count: the
     compile of the one-row program, and the median of `repeats` timed passes."""
-    from bench import timed_calls
+    from tools.bench.roofline import timed_calls
 
     config, arrays = engine.model_config, per_layer_weights(engine)
     dtype = arrays[0]["wqkv"].dtype

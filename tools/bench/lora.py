@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_engine import bench_config, random_prompt, timed_run
-from make_lora import random_adapter as random_pairs
-from make_lora import write_adapter
+from tools.bench.in_engine import bench_config, random_prompt, timed_run
+from tools.make_lora import random_adapter as random_pairs
+from tools.make_lora import write_adapter
 
 from engine.config import LORA_TARGETS
 from engine.engine import Engine

@@ -18,7 +18,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def weights_benchmark(args: argparse.Namespace) -> None:
     import jax
 
-    from bench import memory_bandwidth
+    from tools.bench.roofline import memory_bandwidth
     from engine.device.compile_cache import CompileCounter
     from engine.loader.checkpoint import load_checkpoint
     from flint import LLM

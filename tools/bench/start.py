@@ -34,7 +34,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def start_benchmark(args: argparse.Namespace) -> None:
     from engine.config import usable_cores
     from engine.loader.source import resolve_model
-    from llama_server import find_llama_server, llama_server_env
+    from tools.bench.llama_server import find_llama_server, llama_server_env
 
     gguf = resolve_model(args.model).path
     binary = find_llama_server(args.llama_server)
@@ -54,7 +54,7 @@ def start_benchmark(args: argparse.Namespace) -> None:
 def measured_start(name: str, command: list[str], args: argparse.Namespace, scratch: Path,
                    settle_log: str | None = None, env: dict | None = None) -> tuple[float, int, int]:
     """(seconds to healthy, resident bytes then, resident bytes idle after one request)."""
-    from server_process import free_port, resident_bytes, start_server, wait_for_log
+    from tools.bench.server_process import free_port, resident_bytes, start_server, wait_for_log
 
     port = free_port()
     flags = ["--port", str(port)] + (["--host", "127.0.0.1"] if name == "llama-server" else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from tools.soak_requests import Case
+from tools.soak.requests import Case
 
 MB = 1024 * 1024
 RSS = "process_resident_memory_bytes"
