@@ -37,6 +37,7 @@ import argparse
 from pathlib import Path
 
 from engine.config import LAYER_LOOPS
+from tools.bench import embed, lora, offline, speculative, start, structured, weights
 from tools.bench.roofline import add_roofline_options, roofline
 
 
@@ -64,29 +65,8 @@ def serve_benchmarks(args: argparse.Namespace) -> None:
     run_serve_benchmark(args)
 
 
-def structured_benchmark(args: argparse.Namespace) -> None:
-    from tools.bench.structured import run_structured_benchmark
-
-    run_structured_benchmark(args)
-
-
-def speculative_benchmark(args: argparse.Namespace) -> None:
-    from tools.bench.speculative import run_speculative_benchmark
-
-    run_speculative_benchmark(args)
-
-
-def lora_benchmark(args: argparse.Namespace) -> None:
-    from tools.bench.lora import run_lora_benchmark
-
-    run_lora_benchmark(args)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command")
-    add_roofline_options(commands.add_parser("roofline", help="device bandwidth and matmul rate"))
-    engine = commands.add_parser("engine", help="roofline, decode, throughput, time to first token")
+def add_engine_options(engine: argparse.ArgumentParser) -> None:
+    """`tools/bench.py engine`'s options: the roofline's, and the engine's load."""
     add_roofline_options(engine)
     engine.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     engine.add_argument("--prompt-tokens", type=int, default=128)
@@ -97,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the forward's loop over the layers (auto: unrolled on GPUs, a scan elsewhere)")
     engine.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
                         help="dispatch the next decode window before the last one's results are back")
-    sampler = commands.add_parser("sampler", help="the full sampling step against greedy")
+
+
+def add_sampler_options(sampler: argparse.ArgumentParser) -> None:
+    """`tools/bench.py sampler`'s options."""
     sampler.add_argument("--rows", type=int, default=64)
     sampler.add_argument("--vocab", type=int, default=49152)
     sampler.add_argument("--history", type=int, default=2048)
@@ -106,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="also time a SmolLM2 decode step of as many rows, for the share")
     sampler.add_argument("--decode-context", type=int, default=200,
                          help="cached tokens of each sequence of that decode step (default: %(default)s)")
-    serve = commands.add_parser("serve", help="Flint against llama-server through HTTP, same GGUF and load")
+
+
+def add_serve_options(serve: argparse.ArgumentParser) -> None:
+    """`tools/bench.py serve`'s options: the model, the load, the servers and the plots."""
     serve.add_argument("--model", default=None, help="a GGUF file (default: the embedded SmolLM2)")
     serve.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64],
                        help="closed-loop clients, one run each (default: %(default)s)")
@@ -133,39 +119,37 @@ def main(argv: list[str] | None = None) -> int:
                        help="also write DIR/results.json, and from it DIR/throughput.png and DIR/ttft.png: "
                             "tok/s and median time to first token against concurrency, per server (matplotlib; "
                             "`python -m tools.bench.plot DIR/results.json` draws them again)")
-    from tools.bench.structured import add_options
 
-    add_options(commands.add_parser("structured", help="JSON-schema streams against free ones through HTTP"))
-    from tools.bench.speculative import add_options as add_speculative_options
 
-    add_speculative_options(commands.add_parser("speculative", help="predicted outputs and n-gram drafts "
-                                                                     "against plain decoding through HTTP"))
-    from tools.bench.lora import add_options as add_lora_options
-    from tools.bench.embed import add_options as add_embed_options
-    from tools.bench.embed import embed_benchmark
-
-    add_embed_options(commands.add_parser("embed", help="embeddings per second against sentence-transformers"))
-
-    add_lora_options(commands.add_parser("lora", help="decode with 8 LoRA adapters in one batch against the base"))
-    from tools.bench.weights import add_options as add_weights_options
-    from tools.bench.weights import weights_benchmark
-
-    add_weights_options(commands.add_parser("weights", help="LLM.update_weights against its roofline and a restart"))
-    from tools.bench.offline import add_options as add_offline_options
-    from tools.bench.offline import offline_benchmark
-
-    add_offline_options(commands.add_parser("offline", help="LLM.generate against flint serve through HTTP"))
-    from tools.bench.start import add_options as add_start_options
-    from tools.bench.start import start_benchmark
-
-    add_start_options(commands.add_parser("start", help="warm start and idle memory against llama-server, "
+def command_line() -> argparse.ArgumentParser:
+    """A subcommand per benchmark, each with its options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    add_roofline_options(commands.add_parser("roofline", help="device bandwidth and matmul rate"))
+    add_engine_options(commands.add_parser("engine", help="roofline, decode, throughput, time to first token"))
+    add_sampler_options(commands.add_parser("sampler", help="the full sampling step against greedy"))
+    add_serve_options(commands.add_parser("serve", help="Flint against llama-server through HTTP, same GGUF and load"))
+    structured.add_options(commands.add_parser("structured", help="JSON-schema streams against free ones through HTTP"))
+    speculative.add_options(commands.add_parser("speculative", help="predicted outputs and n-gram drafts "
+                                                                    "against plain decoding through HTTP"))
+    embed.add_options(commands.add_parser("embed", help="embeddings per second against sentence-transformers"))
+    lora.add_options(commands.add_parser("lora", help="decode with 8 LoRA adapters in one batch against the base"))
+    weights.add_options(commands.add_parser("weights", help="LLM.update_weights against its roofline and a restart"))
+    offline.add_options(commands.add_parser("offline", help="LLM.generate against flint serve through HTTP"))
+    start.add_options(commands.add_parser("start", help="warm start and idle memory against llama-server, "
                                                         "each with its defaults"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_line()
     args = parser.parse_args(argv)
     if args.command is None:  # `make bench` with no arguments: the roofline alone
         args = parser.parse_args(["roofline"])
-    {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
-     "serve": serve_benchmarks, "structured": structured_benchmark,
-     "speculative": speculative_benchmark, "lora": lora_benchmark, "embed": embed_benchmark,
-     "weights": weights_benchmark, "offline": offline_benchmark, "start": start_benchmark}[args.command](args)
+    run = {"roofline": roofline, "engine": engine_benchmarks, "sampler": sampler_benchmarks,
+           "serve": serve_benchmarks, "structured": structured.run_structured_benchmark,
+           "speculative": speculative.run_speculative_benchmark, "lora": lora.run_lora_benchmark,
+           "embed": embed.embed_benchmark, "weights": weights.weights_benchmark,
+           "offline": offline.offline_benchmark, "start": start.start_benchmark}
+    run[args.command](args)
     return 0
-

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-
-from tools.bench.embed_servers import print_server_table, server_rates
 from engine.device.encoder_runner import EncoderInput, EncoderRunner
 from engine.loader.sentence_transformers import EMBEDDED_EMBEDDER_ID, embedded_embedder_path, load_encoder
+from tools.bench.embed_servers import print_server_table, server_rates
 from tools.bench.llama_server import converted_gguf
 
 WORDS = ("the of and to in is was for on that with as by at from it his an were are which this be or has had "

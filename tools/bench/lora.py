@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tools.bench.in_engine import bench_config, random_prompt, timed_run
-from tools.make_lora import random_adapter as random_pairs
-from tools.make_lora import write_adapter
 
 from engine.config import LORA_TARGETS
 from engine.engine import Engine
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.loader.lora import LoraAdapter, load_lora
+from tools.bench.in_engine import bench_config, random_prompt, timed_run
+from tools.make_lora import random_adapter as random_pairs
+from tools.make_lora import write_adapter
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

@@ -25,8 +25,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def offline_benchmark(args: argparse.Namespace) -> None:
-    from tools.bench.serve import ordinary_tokens, prompts
     from engine.loader.source import resolve_model
+    from tools.bench.serve import ordinary_tokens, prompts
 
     gguf = resolve_model(None).path
     ids = prompts(ordinary_tokens(gguf), [args.seed, 1], (args.prompts, args.prompt_tokens)).tolist()
@@ -65,8 +65,8 @@ def offline_rate(args: argparse.Namespace, llm, ids: list[list[int]]) -> float:
 
 
 def served_rate(args: argparse.Namespace, ids: list[list[int]]) -> float:
-    from tools.bench.serve import closed_loop, completion_body
     from engine.loader.source import resolve_model
+    from tools.bench.serve import closed_loop, completion_body
     from tools.bench.server_process import free_port, start_server, wait_for_log
 
     with TemporaryDirectory() as scratch, ExitStack() as stack:

@@ -8,10 +8,10 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tools.bench.roofline import best_seconds
 
 from engine.sampling import empty_sampling_arrays, sample
 from engine.sampling.masks import pack_banned
+from tools.bench.roofline import best_seconds
 
 
 def full_sampler_arrays(rows: int, vocab: int, history: int, rng):

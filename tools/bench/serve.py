@@ -30,10 +30,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tools.bench.serve_report import SERVERS, print_report, summarize
 from engine.config import usable_cores
 from engine.loader.source import resolve_model
 from tools.bench.llama_server import LLAMA_CPP_PYTHON_VERSION, find_llama_server, llama_server_env, llama_server_version
+from tools.bench.serve_report import SERVERS, print_report, summarize
 from tools.bench.server_process import Server, failure_log, free_port, resident_bytes, start_server, wait_for_log
 
 

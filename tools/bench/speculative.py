@@ -29,8 +29,8 @@ from pathlib import Path
 
 import httpx
 
-from tools.bench.serve import start_one
 from engine.loader.source import resolve_model
+from tools.bench.serve import start_one
 from tools.bench.server_process import failure_log, stop_server
 
 PARAGRAPHS = [

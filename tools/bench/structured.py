@@ -20,8 +20,8 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tools.bench.serve import closed_loop, completion_body, ordinary_tokens, prompts, start_one, warm_up
 from engine.loader.source import resolve_model
+from tools.bench.serve import closed_loop, completion_body, ordinary_tokens, prompts, start_one, warm_up
 from tools.bench.server_process import failure_log
 
 # Always longer than any token limit used here: 500 numbers of up to three digits.

@@ -18,10 +18,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def weights_benchmark(args: argparse.Namespace) -> None:
     import jax
 
-    from tools.bench.roofline import memory_bandwidth
     from engine.device.compile_cache import CompileCounter
     from engine.loader.checkpoint import load_checkpoint
     from flint import LLM
+    from tools.bench.roofline import memory_bandwidth
 
     started = time.perf_counter()
     llm = LLM(args.model, max_model_len=args.max_model_len)

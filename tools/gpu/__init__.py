@@ -1,2 +1,2 @@
-"""The GPU checks that tools/gpu_check.sh runs on a lent H100 or H200, each as
-`python -m tools.gpu.NAME` from the repository root."""
+"""The GPU checks of tools/gpu_check.sh, which runs its steps (parity, serve, bench, report) as
+`python -m tools.gpu.NAME` from the repository root; the other modules are their parts."""

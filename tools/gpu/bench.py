@@ -37,21 +37,20 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
+import numpy as np
 
 import tools.gpu.attention as gpu_attention
 import tools.gpu.layer_loop as gpu_layer_loop
 import tools.gpu.report as gpu_report
-import jax
-import numpy as np
-from tools.bench.roofline import timed_calls
-from tools.bench.in_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run
-from tools.gpu.models import SHAPES, kv_bytes_per_token, random_engine, served_bytes
-from tools.gpu.trace import decode_step, profile_decode
-
 from engine.device.compile_cache import compilation_cache_dir, use_compilation_cache
 from engine.device.sharding import make_mesh, param_shardings
 from engine.engine import Engine
 from engine.models.params import param_specs, random_device_params
+from tools.bench.in_engine import aggregate, bench_config, requests_for, single_stream, time_to_first_token, timed_run
+from tools.bench.roofline import timed_calls
+from tools.gpu.models import SHAPES, kv_bytes_per_token, random_engine, served_bytes
+from tools.gpu.trace import decode_step, profile_decode
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,14 @@ import json
 import sys
 from pathlib import Path
 
-
 import jax
 import numpy as np
-from tools.gpu.models import TINY, platform_mesh, random_engine
 
 from engine.config import EngineConfig
 from engine.device.runner import ModelRunner, RowPlan
 from engine.host.request import Request, SamplingParams, StopCriteria
 from engine.models.params import random_params
+from tools.gpu.models import TINY, platform_mesh, random_engine
 
 # bfloat16 keeps 8 significant bits (a relative rounding of 2^-9, about 2e-3) and rounds
 # weights, activations and the KV cache at every matmul of two layers and the head; the

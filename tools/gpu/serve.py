@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 import httpx
+
 from tools.bench.server_process import free_port, start_server
 
 MODEL_ID = "gpu-serve-tiny"

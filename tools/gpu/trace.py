@@ -192,9 +192,9 @@ def decode_step(runner, rows: int, context: int, num_steps: int = 1):
     holds pages."""
     import jax
     import numpy as np
-    from tools.profile_step import greedy_rows
 
     from engine.device.sharding import replicated
+    from tools.profile_step import greedy_rows
 
     compiled = runner.programs.compile(runner.config.token_bucket(rows))  # before pack, which takes compiled buckets
     batch = runner.pack(greedy_rows(rows, context, 1, runner.config.page_size))
